@@ -1,0 +1,46 @@
+/* Open-addressing hash map from 64-bit item keys to int32 slot ids.
+ *
+ * Linear probing with backward-shift deletion (no tombstones), load factor at
+ * most 1/2.  Not thread-safe: the owning table serializes access.
+ */
+#ifndef FASTREPLAY_KEYMAP_H
+#define FASTREPLAY_KEYMAP_H
+
+#include "fr_common.h"
+
+typedef struct fr_keymap {
+    uint64_t *keys;
+    int32_t *vals;   /* -1 marks an empty bucket */
+    size_t mask;     /* number of buckets - 1 (a power of two minus one) */
+    size_t size;
+} fr_keymap;
+
+/* Initialise an empty map.  Returns FR_OK or FR_ENOMEM. */
+int fr_keymap_init(fr_keymap *m);
+void fr_keymap_free(fr_keymap *m);
+/* Remove every entry, keeping the allocation.  O(buckets). */
+void fr_keymap_clear(fr_keymap *m);
+
+FR_INLINE size_t fr_keymap_bucket(const fr_keymap *m, uint64_t key) {
+    return (size_t)((key * 0x9e3779b97f4a7c15ULL) >> 32) & m->mask;
+}
+
+/* Slot id stored for key, or -1.  O(1) expected. */
+FR_INLINE int32_t fr_keymap_get(const fr_keymap *m, uint64_t key) {
+    size_t i = fr_keymap_bucket(m, key);
+    while (m->vals[i] >= 0) {
+        if (m->keys[i] == key) return m->vals[i];
+        i = (i + 1) & m->mask;
+    }
+    return -1;
+}
+
+/* Insert key -> val; the key must be absent.  Returns FR_OK or FR_ENOMEM
+ * (the map is unchanged on failure).  O(1) amortised. */
+int fr_keymap_put(fr_keymap *m, uint64_t key, int32_t val);
+/* Overwrite the value of a present key.  O(1) expected. */
+void fr_keymap_set(fr_keymap *m, uint64_t key, int32_t val);
+/* Remove key if present; returns its slot id or -1.  O(1) expected. */
+int32_t fr_keymap_del(fr_keymap *m, uint64_t key);
+
+#endif /* FASTREPLAY_KEYMAP_H */

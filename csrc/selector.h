@@ -1,0 +1,88 @@
+/* Item selectors over int32 slot ids: Reverb's Uniform, Prioritized, Fifo,
+ * Lifo, MinHeap and MaxHeap (reverb-spec section 4).
+ *
+ * A selector tracks which slots are present and picks one on sample().  The
+ * table maps item keys to slots and guarantees that insert() is only called
+ * for absent slots and update()/remove() only for present ones.  Slots are
+ * below the capacity passed to fr_selector_reserve().
+ *
+ * Reported probabilities: Uniform 1/N; Prioritized w/sum(w) with
+ * w = priority^exponent (w = 0 whenever priority = 0, also for exponent 0),
+ * or 1/N when every weight is 0; Fifo, Lifo and the heaps 1.0.
+ *
+ * Not thread-safe: the owning table's lock serializes every call.
+ */
+#ifndef FASTREPLAY_SELECTOR_H
+#define FASTREPLAY_SELECTOR_H
+
+#include "fr_common.h"
+#include "rng.h"
+#include "sumtree.h"
+
+typedef enum fr_selector_kind {
+    FR_SEL_UNIFORM = 0,
+    FR_SEL_PRIORITIZED = 1,
+    FR_SEL_FIFO = 2,
+    FR_SEL_LIFO = 3,
+    FR_SEL_MIN_HEAP = 4,
+    FR_SEL_MAX_HEAP = 5,
+} fr_selector_kind;
+
+typedef struct fr_selector {
+    int kind;
+    double exponent;      /* Prioritized only */
+    size_t capacity;      /* slots addressable */
+    int32_t size;         /* slots present */
+    int32_t *dense;       /* Uniform/Prioritized: present slots; heaps: heap */
+    int32_t *pos;         /* slot -> index in dense, -1 when absent */
+    fr_sumtree tree;      /* Prioritized */
+    int32_t *prev, *next; /* Fifo/Lifo: doubly linked list, -1 terminated */
+    int32_t head, tail;
+    double *hkey;         /* heaps: sign * priority per slot */
+    uint64_t *hstamp;     /* heaps: insert/update counter per slot */
+    uint64_t stamp;
+} fr_selector;
+
+/* Set up an empty selector of `kind` for `capacity` slots.
+ * Returns FR_OK, FR_EINVAL (unknown kind) or FR_ENOMEM. */
+int fr_selector_init(fr_selector *s, int kind, double exponent,
+                     size_t capacity);
+void fr_selector_free(fr_selector *s);
+
+/* Grow to `capacity` slots.  FR_OK or FR_ENOMEM (selector unchanged). */
+int fr_selector_reserve(fr_selector *s, size_t capacity);
+
+/* FR_OK if `priority` is acceptable to this selector: Prioritized rejects
+ * NaN (FR_EPRIORITY_NAN), negative values (FR_EPRIORITY_NEG) and priorities
+ * whose weight is infinite (FR_EINVAL); heaps reject NaN.  O(1). */
+int fr_selector_check(const fr_selector *s, double priority);
+
+/* Add an absent slot.  The priority must have passed fr_selector_check.
+ * O(1) for Uniform/Fifo/Lifo, O(log n) otherwise. */
+void fr_selector_insert(fr_selector *s, int32_t slot, double priority);
+
+/* Change the priority of a present slot (moves it in heaps; for heaps it also
+ * counts as the most recent touch for tie-breaking).  No-op for Uniform, Fifo
+ * and Lifo. */
+void fr_selector_update(fr_selector *s, int32_t slot, double priority);
+
+/* Remove a present slot.  O(1) or O(log n). */
+void fr_selector_remove(fr_selector *s, int32_t slot);
+
+/* Pick one present slot (size > 0 required); *probability receives the
+ * probability with which it was chosen. */
+int32_t fr_selector_sample(fr_selector *s, fr_rng *rng, double *probability);
+
+/* Pick n slots independently (size > 0 required), writing out[k] and prob[k].
+ * Equivalent to n calls of fr_selector_sample; Prioritized descends the tree
+ * for all of them at once.  `scratch` must hold n doubles. */
+void fr_selector_sample_many(fr_selector *s, fr_rng *rng, size_t n,
+                             int64_t *out, double *prob, double *scratch);
+
+/* Remove every slot.  O(capacity) for Prioritized, O(1) otherwise. */
+void fr_selector_clear(fr_selector *s);
+
+/* Weight (priority^exponent, 0 for priority 0) used by Prioritized. */
+double fr_priority_weight(double priority, double exponent);
+
+#endif /* FASTREPLAY_SELECTOR_H */

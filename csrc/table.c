@@ -1,0 +1,467 @@
+#define _POSIX_C_SOURCE 200809L
+
+#include "table.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FR_TABLE_MIN_CAPACITY 1024
+
+struct fr_table {
+    pthread_mutex_t mu;
+    pthread_cond_t can_insert_cv; /* signalled after samples, deletes, reset */
+    pthread_cond_t can_sample_cv; /* signalled after inserts, reset */
+    fr_selector sampler, remover;
+    fr_rate_limiter limiter;
+    fr_keymap index;      /* key -> slot */
+    fr_item *items;       /* by slot */
+    int32_t *free_slots;  /* stack of unused slots */
+    int64_t num_free;
+    size_t capacity;
+    int64_t max_size, max_times_sampled;
+    uint64_t next_seq;
+    fr_rng rng;
+    fr_payload_ops ops;
+    fr_table_stats st;
+    double *scratch;      /* uniforms for batched sampling */
+    int64_t *scratch_slots;
+    size_t scratch_cap;
+    int closed;
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int64_t deadline_from(int64_t timeout_ns) {
+    if (timeout_ns < 0) return FR_NO_DEADLINE;
+    int64_t now = now_ns();
+    return timeout_ns > FR_NO_DEADLINE - now ? FR_NO_DEADLINE : now + timeout_ns;
+}
+
+/* Wait on cv until signalled or past the deadline.  Returns FR_ETIMEOUT once
+ * the deadline has passed, FR_ECLOSED when the table is closed, else FR_OK
+ * (the caller re-checks its predicate). */
+static int wait_until(fr_table *t, pthread_cond_t *cv, int64_t deadline) {
+    if (t->closed) return FR_ECLOSED;
+    if (deadline == FR_NO_DEADLINE) {
+        pthread_cond_wait(cv, &t->mu);
+    } else {
+        if (now_ns() >= deadline) return FR_ETIMEOUT;
+        struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
+        pthread_cond_timedwait(cv, &t->mu, &ts);
+    }
+    return t->closed ? FR_ECLOSED : FR_OK;
+}
+
+static int init_cond(pthread_cond_t *cv) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+/* Grow every per-slot array to `cap` slots, pushing the new slots on the
+ * free stack. */
+static int grow_slots(fr_table *t, size_t cap) {
+    if (cap > INT32_MAX) return FR_EFULL;
+    fr_item *items = realloc(t->items, cap * sizeof *items);
+    if (!items) return FR_ENOMEM;
+    t->items = items;
+    int32_t *fs = realloc(t->free_slots, cap * sizeof *fs);
+    if (!fs) return FR_ENOMEM;
+    t->free_slots = fs;
+    int rc = fr_selector_reserve(&t->sampler, cap);
+    if (rc == FR_OK) rc = fr_selector_reserve(&t->remover, cap);
+    if (rc != FR_OK) return rc;
+    for (size_t s = cap; s-- > t->capacity;)
+        t->free_slots[t->num_free++] = (int32_t)s;
+    t->capacity = cap;
+    return FR_OK;
+}
+
+/* Make room for one more item: double the slots, up to max_size + 1. */
+static int ensure_slot(fr_table *t) {
+    if (t->num_free > 0) return FR_OK;
+    size_t limit = (size_t)t->max_size + 1;
+    size_t cap = t->capacity * 2;
+    if (cap > limit) cap = limit;
+    if (cap <= t->capacity) cap = t->capacity + 1;
+    return grow_slots(t, cap);
+}
+
+fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
+                       int remover_kind, double remover_exponent,
+                       int64_t max_size, int64_t max_times_sampled,
+                       fr_rate_limiter limiter, uint64_t seed,
+                       fr_payload_ops ops) {
+    if (max_size < 1) return NULL;
+    fr_table *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    size_t cap = (size_t)max_size + 1;
+    if (cap > FR_TABLE_MIN_CAPACITY) cap = FR_TABLE_MIN_CAPACITY;
+    t->max_size = max_size;
+    t->max_times_sampled = max_times_sampled < 1 ? 0 : max_times_sampled;
+    t->limiter = limiter;
+    t->limiter.inserts = t->limiter.samples = t->limiter.deletes = 0;
+    t->ops = ops;
+    fr_rng_seed(&t->rng, seed);
+    if (fr_selector_init(&t->sampler, sampler_kind, sampler_exponent, 0) ||
+        fr_selector_init(&t->remover, remover_kind, remover_exponent, 0) ||
+        fr_keymap_init(&t->index) || pthread_mutex_init(&t->mu, NULL) ||
+        init_cond(&t->can_insert_cv) || init_cond(&t->can_sample_cv)) {
+        fr_selector_free(&t->sampler);
+        fr_selector_free(&t->remover);
+        fr_keymap_free(&t->index);
+        free(t);
+        return NULL;
+    }
+    if (grow_slots(t, cap) != FR_OK) {
+        fr_table_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static void release_payload(fr_table *t, uint64_t payload) {
+    if (t->ops.release) t->ops.release(t->ops.ctx, payload);
+}
+
+/* Remove the item in `slot` from both selectors and the index, release its
+ * payload and count a rate-limiter delete. */
+static void remove_slot(fr_table *t, int32_t slot) {
+    fr_item *it = &t->items[slot];
+    fr_selector_remove(&t->sampler, slot);
+    fr_selector_remove(&t->remover, slot);
+    fr_keymap_del(&t->index, it->key);
+    release_payload(t, it->payload);
+    t->free_slots[t->num_free++] = slot;
+    t->limiter.deletes++;
+}
+
+void fr_table_free(fr_table *t) {
+    if (!t) return;
+    if (t->items) {
+        /* Release payloads of live items: walk the index. */
+        for (size_t b = 0; b <= t->index.mask; b++)
+            if (t->index.vals[b] >= 0)
+                release_payload(t, t->items[t->index.vals[b]].payload);
+    }
+    fr_selector_free(&t->sampler);
+    fr_selector_free(&t->remover);
+    fr_keymap_free(&t->index);
+    free(t->items);
+    free(t->free_slots);
+    free(t->scratch);
+    free(t->scratch_slots);
+    pthread_cond_destroy(&t->can_insert_cv);
+    pthread_cond_destroy(&t->can_sample_cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+void fr_table_close(fr_table *t) {
+    pthread_mutex_lock(&t->mu);
+    t->closed = 1;
+    pthread_cond_broadcast(&t->can_insert_cv);
+    pthread_cond_broadcast(&t->can_sample_cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int check_priority(const fr_table *t, double priority) {
+    int rc = fr_selector_check(&t->sampler, priority);
+    return rc != FR_OK ? rc : fr_selector_check(&t->remover, priority);
+}
+
+/* Wait for the rate limiter to admit one insert; accounts stall time. */
+static int await_insert(fr_table *t, int64_t deadline) {
+    if (t->closed) return FR_ECLOSED;
+    if (fr_rate_limiter_can_insert(&t->limiter, 1)) return FR_OK;
+    int64_t start = now_ns();
+    int rc = FR_OK;
+    t->st.num_insert_stalls++;
+    while (!fr_rate_limiter_can_insert(&t->limiter, 1)) {
+        rc = wait_until(t, &t->can_insert_cv, deadline);
+        if (rc != FR_OK) break;
+    }
+    t->st.insert_stall_ns += now_ns() - start;
+    return rc;
+}
+
+/* Insert or assign one pre-validated item; the rate limiter has agreed. */
+static int insert_locked(fr_table *t, uint64_t key, double priority,
+                         uint64_t payload) {
+    int32_t slot = fr_keymap_get(&t->index, key);
+    if (slot >= 0) {
+        t->items[slot].priority = priority;
+        fr_selector_update(&t->sampler, slot, priority);
+        fr_selector_update(&t->remover, slot, priority);
+        release_payload(t, payload);
+        t->st.num_updates++;
+        return FR_OK;
+    }
+    int rc = ensure_slot(t);
+    if (rc != FR_OK) return rc;
+    slot = t->free_slots[t->num_free - 1];
+    if ((rc = fr_keymap_put(&t->index, key, slot)) != FR_OK) return rc;
+    t->num_free--;
+    t->items[slot] = (fr_item){key, priority, 0, t->next_seq++, payload};
+    fr_selector_insert(&t->sampler, slot, priority);
+    fr_selector_insert(&t->remover, slot, priority);
+    t->limiter.inserts++;
+    t->st.num_inserts++;
+    if (t->sampler.size > t->max_size) {
+        double p;
+        remove_slot(t, fr_selector_sample(&t->remover, &t->rng, &p));
+        t->st.num_evictions++;
+    }
+    return FR_OK;
+}
+
+int fr_table_insert(fr_table *t, uint64_t key, double priority,
+                    uint64_t payload, int64_t timeout_ns) {
+    int64_t done, bad;
+    return fr_table_insert_many(t, 1, &key, &priority, &payload, timeout_ns,
+                                &done, &bad);
+}
+
+int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
+                         const double *priorities, const uint64_t *payloads,
+                         int64_t timeout_ns, int64_t *n_done,
+                         int64_t *bad_index) {
+    int64_t deadline = deadline_from(timeout_ns);
+    int rc = FR_OK;
+    int64_t i = 0;
+    *n_done = 0;
+    *bad_index = -1;
+    pthread_mutex_lock(&t->mu);
+    for (int64_t k = 0; k < n; k++) {
+        if ((rc = check_priority(t, priorities[k])) != FR_OK) {
+            *bad_index = k;
+            goto out;
+        }
+    }
+    for (; i < n; i++) {
+        if ((rc = await_insert(t, deadline)) != FR_OK) break;
+        if ((rc = insert_locked(t, keys[i], priorities[i], payloads[i])))
+            break;
+    }
+    if (i > 0) pthread_cond_broadcast(&t->can_sample_cv);
+out:
+    *n_done = i;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* Make the scratch buffers hold n entries. */
+static int reserve_scratch(fr_table *t, size_t n) {
+    if (n <= t->scratch_cap) return FR_OK;
+    double *d = realloc(t->scratch, n * sizeof *d);
+    if (!d) return FR_ENOMEM;
+    t->scratch = d;
+    int64_t *s = realloc(t->scratch_slots, n * sizeof *s);
+    if (!s) return FR_ENOMEM;
+    t->scratch_slots = s;
+    t->scratch_cap = n;
+    return FR_OK;
+}
+
+/* Count one sample of `slot`, write its record at index k and delete the
+ * item when it reached max_times_sampled. */
+static void commit_sample(fr_table *t, int32_t slot, double probability,
+                          int64_t k, uint64_t *keys, double *probabilities,
+                          double *priorities, int64_t *times_sampled,
+                          int64_t *table_sizes, uint64_t *payloads) {
+    fr_item *it = &t->items[slot];
+    if (it->times_sampled++ == 0) t->st.num_unique_samples++;
+    t->limiter.samples++;
+    t->st.num_samples++;
+    keys[k] = it->key;
+    probabilities[k] = probability;
+    priorities[k] = it->priority;
+    times_sampled[k] = it->times_sampled;
+    table_sizes[k] = t->sampler.size;
+    if (payloads) {
+        payloads[k] = it->payload;
+        if (t->ops.retain) t->ops.retain(t->ops.ctx, it->payload);
+    }
+    if (t->max_times_sampled > 0 && it->times_sampled >= t->max_times_sampled) {
+        remove_slot(t, slot);
+        t->st.num_expired++;
+    }
+}
+
+static int can_sample_locked(fr_table *t, int64_t n) {
+    return t->sampler.size >= 1 && fr_rate_limiter_can_sample(&t->limiter, n);
+}
+
+int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
+                    uint64_t *keys, double *probabilities, double *priorities,
+                    int64_t *times_sampled, int64_t *table_sizes,
+                    uint64_t *payloads, int64_t *n_done) {
+    int64_t deadline = deadline_from(timeout_ns);
+    int rc = FR_OK;
+    int64_t k = 0;
+    pthread_mutex_lock(&t->mu);
+    /* Fast path: the limiter admits the whole batch and no sample can delete
+     * an item, so all n draws see the same selector state. */
+    if (!t->closed && t->max_times_sampled == 0 && n > 1 &&
+        can_sample_locked(t, n) && reserve_scratch(t, (size_t)n) == FR_OK) {
+        fr_selector_sample_many(&t->sampler, &t->rng, (size_t)n,
+                                t->scratch_slots, probabilities, t->scratch);
+        for (; k < n; k++)
+            commit_sample(t, (int32_t)t->scratch_slots[k], probabilities[k], k,
+                          keys, probabilities, priorities, times_sampled,
+                          table_sizes, payloads);
+    }
+    int64_t start = 0;
+    for (; k < n; k++) {
+        if (t->closed) {
+            rc = FR_ECLOSED;
+            break;
+        }
+        if (!can_sample_locked(t, 1)) {
+            if (start == 0) {
+                start = now_ns();
+                t->st.num_sample_stalls++;
+            }
+            while (!can_sample_locked(t, 1)) {
+                if ((rc = wait_until(t, &t->can_sample_cv, deadline)) != FR_OK)
+                    break;
+            }
+            if (rc != FR_OK) break;
+        }
+        double p;
+        int32_t slot = fr_selector_sample(&t->sampler, &t->rng, &p);
+        commit_sample(t, slot, p, k, keys, probabilities, priorities,
+                      times_sampled, table_sizes, payloads);
+    }
+    if (start != 0) t->st.sample_stall_ns += now_ns() - start;
+    if (k > 0) {
+        pthread_cond_broadcast(&t->can_insert_cv);
+        if (rc == FR_ETIMEOUT || rc == FR_ECLOSED) rc = FR_OK;
+    }
+    *n_done = k;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
+                    const double *priorities, int64_t n_deletes,
+                    const uint64_t *delete_keys, int64_t *bad_index) {
+    *bad_index = -1;
+    pthread_mutex_lock(&t->mu);
+    for (int64_t i = 0; i < n_updates; i++) {
+        int rc = check_priority(t, priorities[i]);
+        if (rc != FR_OK) {
+            *bad_index = i;
+            pthread_mutex_unlock(&t->mu);
+            return rc;
+        }
+    }
+    int64_t removed = 0;
+    for (int64_t i = 0; i < n_deletes; i++) {
+        int32_t slot = fr_keymap_get(&t->index, delete_keys[i]);
+        if (slot < 0) continue;
+        remove_slot(t, slot);
+        removed++;
+    }
+    t->st.num_deletes += removed;
+    for (int64_t i = 0; i < n_updates; i++) {
+        int32_t slot = fr_keymap_get(&t->index, keys[i]);
+        if (slot < 0) continue;
+        t->items[slot].priority = priorities[i];
+        fr_selector_update(&t->sampler, slot, priorities[i]);
+        fr_selector_update(&t->remover, slot, priorities[i]);
+        t->st.num_updates++;
+    }
+    if (removed > 0) pthread_cond_broadcast(&t->can_insert_cv);
+    pthread_mutex_unlock(&t->mu);
+    return FR_OK;
+}
+
+void fr_table_reset(fr_table *t) {
+    pthread_mutex_lock(&t->mu);
+    for (size_t b = 0; b <= t->index.mask; b++)
+        if (t->index.vals[b] >= 0)
+            release_payload(t, t->items[t->index.vals[b]].payload);
+    fr_keymap_clear(&t->index);
+    fr_selector_clear(&t->sampler);
+    fr_selector_clear(&t->remover);
+    t->num_free = 0;
+    for (size_t s = t->capacity; s-- > 0;) t->free_slots[t->num_free++] = (int32_t)s;
+    t->limiter.inserts = t->limiter.samples = t->limiter.deletes = 0;
+    memset(&t->st, 0, sizeof t->st);
+    pthread_cond_broadcast(&t->can_insert_cv);
+    pthread_cond_broadcast(&t->can_sample_cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+int fr_table_can_sample(fr_table *t, int64_t n) {
+    pthread_mutex_lock(&t->mu);
+    int r = fr_rate_limiter_can_sample(&t->limiter, n);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int fr_table_can_insert(fr_table *t, int64_t n) {
+    pthread_mutex_lock(&t->mu);
+    int r = fr_rate_limiter_can_insert(&t->limiter, n);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int64_t fr_table_size(fr_table *t) {
+    pthread_mutex_lock(&t->mu);
+    int64_t n = t->sampler.size;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
+    pthread_mutex_lock(&t->mu);
+    *out = t->st;
+    out->size = t->sampler.size;
+    out->max_size = t->max_size;
+    out->max_times_sampled = t->max_times_sampled;
+    out->rl_inserts = t->limiter.inserts;
+    out->rl_samples = t->limiter.samples;
+    out->rl_deletes = t->limiter.deletes;
+    pthread_mutex_unlock(&t->mu);
+}
+
+int fr_table_get(fr_table *t, uint64_t key, fr_item *out) {
+    pthread_mutex_lock(&t->mu);
+    int32_t slot = fr_keymap_get(&t->index, key);
+    if (slot >= 0) *out = t->items[slot];
+    pthread_mutex_unlock(&t->mu);
+    return slot >= 0;
+}
+
+static int by_seq(const void *a, const void *b) {
+    uint64_t x = ((const fr_item *)a)->inserted_seq;
+    uint64_t y = ((const fr_item *)b)->inserted_seq;
+    return (x > y) - (x < y);
+}
+
+int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap) {
+    pthread_mutex_lock(&t->mu);
+    int64_t n = t->sampler.size;
+    if (n <= cap) {
+        int64_t k = 0;
+        for (size_t b = 0; b <= t->index.mask; b++) {
+            if (t->index.vals[b] < 0) continue;
+            out[k] = t->items[t->index.vals[b]];
+            if (t->ops.retain) t->ops.retain(t->ops.ctx, out[k].payload);
+            k++;
+        }
+        qsort(out, (size_t)n, sizeof *out, by_seq);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}

@@ -1,0 +1,129 @@
+/* A replay table: items keyed by uint64, a sampler and a remover selector, a
+ * rate limiter, eviction by the remover above max_size and deletion after
+ * max_times_sampled samples (reverb-spec section 3).
+ *
+ * Thread-safe: every public function takes the table mutex.  Functions that
+ * may wait (insert, insert_many, sample) sleep on condition variables with a
+ * relative timeout in nanoseconds (negative = wait forever), so callers run
+ * them without the GIL.  Counters follow Reverb: an eviction, an explicit
+ * delete and a deletion after max_times_sampled each count as a rate-limiter
+ * delete; re-inserting a present key only updates its priority.
+ *
+ * Items carry an opaque 64-bit payload.  The table calls ops.release on it
+ * when the item leaves the table and ops.retain on every payload it returns
+ * from sample (the caller then owns that reference).  NULL hooks mean plain
+ * values.
+ */
+#ifndef FASTREPLAY_TABLE_H
+#define FASTREPLAY_TABLE_H
+
+#include <pthread.h>
+
+#include "fr_common.h"
+#include "keymap.h"
+#include "ratelimiter.h"
+#include "rng.h"
+#include "selector.h"
+
+typedef struct fr_payload_ops {
+    void (*retain)(void *ctx, uint64_t payload);
+    void (*release)(void *ctx, uint64_t payload);
+    void *ctx;
+} fr_payload_ops;
+
+typedef struct fr_item {
+    uint64_t key;
+    double priority;
+    int64_t times_sampled;
+    uint64_t inserted_seq; /* insertion order, for checkpoints */
+    uint64_t payload;
+} fr_item;
+
+typedef struct fr_table_stats {
+    int64_t size;
+    int64_t max_size;
+    int64_t max_times_sampled;
+    int64_t num_inserts;        /* new keys inserted */
+    int64_t num_updates;        /* priority updates (incl. re-inserts) */
+    int64_t num_samples;
+    int64_t num_unique_samples; /* items sampled at least once */
+    int64_t num_deletes;        /* explicit deletes that removed an item */
+    int64_t num_evictions;      /* removals by the remover over max_size */
+    int64_t num_expired;        /* removals after max_times_sampled */
+    int64_t rl_inserts, rl_samples, rl_deletes; /* rate-limiter counters */
+    int64_t insert_stall_ns, sample_stall_ns;   /* time spent blocked */
+    int64_t num_insert_stalls, num_sample_stalls;
+} fr_table_stats;
+
+typedef struct fr_table fr_table;
+
+/* Create a table.  sampler_kind/remover_kind are fr_selector_kind values with
+ * their exponents; max_size >= 1; max_times_sampled < 1 means unlimited.
+ * Returns NULL on allocation failure or invalid kinds. */
+fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
+                       int remover_kind, double remover_exponent,
+                       int64_t max_size, int64_t max_times_sampled,
+                       fr_rate_limiter limiter, uint64_t seed,
+                       fr_payload_ops ops);
+
+/* Release every item payload and free the table.  No thread may be using it
+ * (close it and join users first). */
+void fr_table_free(fr_table *t);
+
+/* Wake every waiter with FR_ECLOSED; later waits fail with FR_ECLOSED. */
+void fr_table_close(fr_table *t);
+
+/* Insert or assign one item, waiting up to timeout_ns for the rate limiter.
+ * An invalid priority fails with its FR_EPRIORITY_* code before any wait and
+ * changes nothing.  On success the table owns the payload (for a re-insert of
+ * a present key the new payload is released at once); on failure the caller
+ * keeps it.  Returns FR_OK, FR_EPRIORITY_*, FR_EINVAL, FR_ETIMEOUT,
+ * FR_ECLOSED or FR_ENOMEM.  O(log n) per item. */
+int fr_table_insert(fr_table *t, uint64_t key, double priority,
+                    uint64_t payload, int64_t timeout_ns);
+
+/* Insert n items in order with one lock acquisition while the rate limiter
+ * allows.  Every priority is validated first: on an invalid one *bad_index
+ * receives its index and nothing is inserted.  *n_done receives the number
+ * inserted (payloads [0, n_done) now belong to the table) even when a
+ * timeout or close stops the batch part-way. */
+int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
+                         const double *priorities, const uint64_t *payloads,
+                         int64_t timeout_ns, int64_t *n_done,
+                         int64_t *bad_index);
+
+/* Sample up to n items, each with the rate limiter's permission, waiting up to
+ * timeout_ns in total.  Writes key, probability, priority, times_sampled
+ * (after this sample) and table_size (before any deletion it causes) per
+ * item; payloads may be NULL.  *n_done receives the number sampled; a timeout
+ * or close after at least one sample returns FR_OK with a partial batch. */
+int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
+                    uint64_t *keys, double *probabilities, double *priorities,
+                    int64_t *times_sampled, int64_t *table_sizes,
+                    uint64_t *payloads, int64_t *n_done);
+
+/* Apply deletes, then priority updates, under one lock (Reverb's order).
+ * Unknown keys are ignored.  Every update priority is validated first: on an
+ * invalid one *bad_index receives its index and nothing changes.
+ * O((n_updates + n_deletes) log n). */
+int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
+                    const double *priorities, int64_t n_deletes,
+                    const uint64_t *delete_keys, int64_t *bad_index);
+
+/* Remove every item and zero the rate-limiter and table counters. */
+void fr_table_reset(fr_table *t);
+
+int fr_table_can_sample(fr_table *t, int64_t n);
+int fr_table_can_insert(fr_table *t, int64_t n);
+int64_t fr_table_size(fr_table *t);
+void fr_table_stats_get(fr_table *t, fr_table_stats *out);
+
+/* Copy the item with `key` into *out.  Returns 1 if found, else 0. */
+int fr_table_get(fr_table *t, uint64_t key, fr_item *out);
+
+/* Copy up to `cap` items, in insertion order, into out; returns how many
+ * items the table holds (call again with a larger buffer if that exceeds
+ * cap).  Payloads copied out are retained for the caller. */
+int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap);
+
+#endif /* FASTREPLAY_TABLE_H */

@@ -1,0 +1,34 @@
+"""fastreplay: fast experience replay with Reverb's API, without TensorFlow."""
+
+from fastreplay import errors, rate_limiters, selectors
+from fastreplay._version import __version__
+
+try:
+    from fastreplay import _core  # noqa: F401
+except ImportError as exc:  # pragma: no cover - a broken build must be loud
+    raise ImportError(
+        "fastreplay's compiled core (fastreplay._core) is missing or broken. "
+        "Reinstall with a C compiler available: pip install --force-reinstall "
+        f"fastreplay (original error: {exc})"
+    ) from exc
+
+from fastreplay.errors import DeadlineExceededError, ReverbError
+from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.table import Table, TableInfo
+
+item_selectors = selectors
+
+__all__ = [
+    "DeadlineExceededError",
+    "ReplaySample",
+    "ReverbError",
+    "SampleInfo",
+    "SampleInfoBatch",
+    "Table",
+    "TableInfo",
+    "__version__",
+    "errors",
+    "item_selectors",
+    "rate_limiters",
+    "selectors",
+]

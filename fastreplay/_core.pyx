@@ -1,0 +1,148 @@
+# cython: freethreading_compatible = False
+"""Compiled core of fastreplay: sum tree and thread-safe tables.
+
+Thin wrappers over csrc/: arguments are checked and outputs allocated with the
+GIL held; the C calls (which may wait on the rate limiter) run without it.
+Status codes become exceptions in exactly one place, ``_raise_for_status``.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+
+import numpy as np
+
+from fastreplay import errors
+
+from fastreplay._csrc cimport *
+
+SELECTOR_KINDS = {
+    "uniform": FR_SEL_UNIFORM,
+    "prioritized": FR_SEL_PRIORITIZED,
+    "fifo": FR_SEL_FIFO,
+    "lifo": FR_SEL_LIFO,
+    "min_heap": FR_SEL_MIN_HEAP,
+    "max_heap": FR_SEL_MAX_HEAP,
+}
+
+RATE_LIMITER_TIMEOUT_MESSAGE = (
+    "Rate Limiter: Timeout exceeded before the right to insert was acquired."
+)
+
+_PRIORITY_MESSAGES = {
+    FR_EPRIORITY_NAN: "Priority must not be NaN.",
+    FR_EPRIORITY_NEG: "Priority must not be negative.",
+    FR_EINVAL: "Priority must be finite after applying the priority exponent.",
+}
+
+
+cdef int _raise_for_status(int rc, str context) except -1:
+    """Raise the exception for a negative fr_status; return 0 for FR_OK."""
+    if rc == FR_OK:
+        return 0
+    suffix = f" ({context})" if context else ""
+    if rc in _PRIORITY_MESSAGES:
+        raise errors.InvalidPriorityError(_PRIORITY_MESSAGES[rc] + suffix)
+    if rc == FR_ETIMEOUT:
+        raise errors.DeadlineExceededError(RATE_LIMITER_TIMEOUT_MESSAGE + suffix)
+    if rc == FR_ECLOSED:
+        raise errors.TableClosedError("Table is closed" + suffix)
+    if rc == FR_ENOMEM:
+        raise MemoryError("fastreplay core out of memory" + suffix)
+    if rc == FR_EFULL:
+        raise OverflowError("table capacity exceeds 2**31 - 1 items" + suffix)
+    raise RuntimeError(f"fastreplay core error {rc}{suffix}")
+
+
+cdef int64_t _timeout_ns(object timeout) except? -2:
+    """Seconds (None = forever) -> nanoseconds (-1 = forever)."""
+    if timeout is None:
+        return -1
+    cdef double seconds = timeout
+    if seconds != seconds or seconds < 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+    if seconds > 9.2e9:
+        return -1
+    return <int64_t>(seconds * 1e9)
+
+
+cdef class SumTree:
+    """SumTree(capacity)
+
+    Flat fan-out-8 sum tree over ``capacity`` non-negative leaf weights.
+    Exposed for tests and advanced users; tables use it internally.
+    """
+
+    cdef fr_sumtree _tree
+    cdef bint _ready
+
+    def __cinit__(self, *args, **kwargs):
+        self._ready = False
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity ({capacity}) must be >= 1")
+        _raise_for_status(fr_sumtree_init(&self._tree, capacity), "")
+        self._ready = True
+
+    def __dealloc__(self):
+        if self._ready:
+            fr_sumtree_free(&self._tree)
+
+    @property
+    def capacity(self) -> int:
+        return self._tree.capacity
+
+    @property
+    def total(self) -> float:
+        return fr_sumtree_total(&self._tree)
+
+    cdef size_t _index(self, Py_ssize_t i) except? 0:
+        if i < 0 or <size_t>i >= self._tree.capacity:
+            raise IndexError(f"leaf {i} out of range [0, {self._tree.capacity})")
+        return <size_t>i
+
+    def reserve(self, capacity: int) -> None:
+        """Grow to at least ``capacity`` leaves, keeping every weight."""
+        _raise_for_status(fr_sumtree_reserve(&self._tree, capacity), "")
+
+    def clear(self) -> None:
+        fr_sumtree_clear(&self._tree)
+
+    def set(self, Py_ssize_t i, double weight) -> None:
+        """Set leaf ``i`` to ``weight`` (finite, >= 0).  O(log n)."""
+        if not (weight >= 0 and weight < float("inf")):
+            raise ValueError(f"weight must be finite and >= 0, got {weight}")
+        fr_sumtree_set(&self._tree, self._index(i), weight)
+
+    def get(self, Py_ssize_t i) -> float:
+        return fr_sumtree_get(&self._tree, self._index(i))
+
+    def find(self, double u) -> int:
+        """Leaf whose cumulative interval holds ``u * total``, u in [0, 1)."""
+        if not (0.0 <= u < 1.0):
+            raise ValueError(f"u must be in [0, 1), got {u}")
+        if not fr_sumtree_total(&self._tree) > 0:
+            raise ValueError("cannot search a tree whose total weight is 0")
+        return fr_sumtree_find(&self._tree, u)
+
+    def find_many(self, u) -> np.ndarray:
+        """Vectorised :meth:`find`; returns int64 leaf indices."""
+        cdef const double[::1] uv = np.ascontiguousarray(u, dtype=np.float64)
+        if uv.shape[0] and not (np.min(uv) >= 0.0 and np.max(uv) < 1.0):
+            raise ValueError("every u must be in [0, 1)")
+        if not fr_sumtree_total(&self._tree) > 0:
+            raise ValueError("cannot search a tree whose total weight is 0")
+        out = np.empty(uv.shape[0], dtype=np.int64)
+        cdef int64_t[::1] ov = out
+        if uv.shape[0]:
+            with nogil:
+                fr_sumtree_find_many(&self._tree, uv.shape[0], &uv[0], &ov[0])
+        return out
+
+
+def priority_weight(double priority, double exponent) -> float:
+    """The sampling weight ``priority ** exponent`` (0 when priority is 0)."""
+    return fr_priority_weight(priority, exponent)
+
+
+include "_table.pxi"

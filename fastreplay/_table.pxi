@@ -1,0 +1,220 @@
+# TableCore: the thread-safe item table of csrc/table.h.  Included by
+# _core.pyx (it shares the status translator and timeout helper).
+
+cdef fr_payload_ops _NO_PAYLOAD_OPS
+
+
+cdef class TableCore:
+    """TableCore(name, sampler_kind, sampler_exponent, remover_kind, remover_exponent, max_size, max_times_sampled, samples_per_insert, min_size_to_sample, min_diff, max_diff, seed)
+
+    Compiled table: items keyed by uint64 with priority, times_sampled and an
+    opaque uint64 payload.  ``fastreplay.Table`` validates arguments and owns
+    one of these; every method here is safe to call from many threads.
+    """
+
+    cdef fr_table *_t
+    cdef readonly str name
+
+    def __cinit__(self, *args, **kwargs):
+        self._t = NULL
+
+    def __init__(self, str name, int sampler_kind, double sampler_exponent,
+                 int remover_kind, double remover_exponent, int64_t max_size,
+                 int64_t max_times_sampled, double samples_per_insert,
+                 int64_t min_size_to_sample, double min_diff, double max_diff,
+                 uint64_t seed) -> None:
+        cdef fr_rate_limiter rl
+        rl.samples_per_insert = samples_per_insert
+        rl.min_size_to_sample = min_size_to_sample
+        rl.min_diff = min_diff
+        rl.max_diff = max_diff
+        rl.inserts = rl.samples = rl.deletes = 0
+        if max_size < 1:
+            raise ValueError(f"max_size ({max_size}) must be a positive integer")
+        self.name = name
+        self._t = fr_table_new(sampler_kind, sampler_exponent, remover_kind,
+                               remover_exponent, max_size, max_times_sampled,
+                               rl, seed, _NO_PAYLOAD_OPS)
+        if self._t == NULL:
+            raise MemoryError(f"could not create table '{name}'")
+
+    def __dealloc__(self):
+        if self._t != NULL:
+            fr_table_free(self._t)
+            self._t = NULL
+
+    cdef str _ctx(self, object key=None, object priority=None):
+        s = f"table '{self.name}'"
+        if key is not None:
+            s += f", key {key}"
+        if priority is not None:
+            s += f", priority {priority!r}"
+        return s
+
+    def insert(self, uint64_t key, double priority, uint64_t payload=0,
+               timeout=None) -> None:
+        """Insert or assign one item, waiting for the rate limiter."""
+        cdef int64_t tns = _timeout_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = fr_table_insert(self._t, key, priority, payload, tns)
+        if rc != FR_OK:
+            _raise_for_status(rc, self._ctx(key, priority))
+
+    def insert_many(self, keys, priorities, payloads=None, timeout=None) -> int:
+        """Insert n items in order; returns how many were inserted.
+
+        Every priority is validated before anything is inserted.  When the
+        rate limiter times out part-way, the inserted prefix stays and
+        DeadlineExceededError reports how many were inserted.
+        """
+        cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef const double[::1] pv = np.ascontiguousarray(priorities,
+                                                         dtype=np.float64)
+        cdef const uint64_t[::1] yv
+        cdef Py_ssize_t n = kv.shape[0]
+        if pv.shape[0] != n:
+            raise ValueError(
+                f"keys and priorities differ in length ({n} != {pv.shape[0]})")
+        if payloads is None:
+            yv = np.zeros(n, dtype=np.uint64)
+        else:
+            yv = np.ascontiguousarray(payloads, dtype=np.uint64)
+            if yv.shape[0] != n:
+                raise ValueError(
+                    f"keys and payloads differ in length ({n} != {yv.shape[0]})")
+        if n == 0:
+            return 0
+        cdef int64_t tns = _timeout_ns(timeout)
+        cdef int64_t done = 0, bad = -1
+        cdef int rc
+        with nogil:
+            rc = fr_table_insert_many(self._t, n, &kv[0], &pv[0], &yv[0], tns,
+                                      &done, &bad)
+        if rc != FR_OK:
+            if bad >= 0:
+                _raise_for_status(rc, self._ctx(kv[bad], pv[bad]))
+            _raise_for_status(rc, self._ctx() + f", {done} of {n} inserted")
+        return done
+
+    def sample(self, Py_ssize_t n, timeout=None):
+        """Sample up to n items under one lock acquisition.
+
+        Returns ``(keys, probabilities, priorities, times_sampled,
+        table_sizes, payloads)`` as numpy arrays.  A timeout after at least
+        one sample returns the partial batch; with none it raises
+        DeadlineExceededError.
+        """
+        if n < 1:
+            raise ValueError(f"num_samples ({n}) must be a positive integer")
+        cdef int64_t tns = _timeout_ns(timeout)
+        keys = np.empty(n, dtype=np.uint64)
+        probs = np.empty(n, dtype=np.float64)
+        prios = np.empty(n, dtype=np.float64)
+        times = np.empty(n, dtype=np.int64)
+        sizes = np.empty(n, dtype=np.int64)
+        pays = np.empty(n, dtype=np.uint64)
+        cdef uint64_t[::1] kv = keys
+        cdef double[::1] bv = probs
+        cdef double[::1] qv = prios
+        cdef int64_t[::1] tv = times
+        cdef int64_t[::1] sv = sizes
+        cdef uint64_t[::1] yv = pays
+        cdef int64_t done = 0
+        cdef int rc
+        with nogil:
+            rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0],
+                                 &tv[0], &sv[0], &yv[0], &done)
+        if rc != FR_OK:
+            _raise_for_status(rc, self._ctx())
+        if done < n:
+            return (keys[:done], probs[:done], prios[:done], times[:done],
+                    sizes[:done], pays[:done])
+        return keys, probs, prios, times, sizes, pays
+
+    def mutate(self, update_keys, update_priorities, delete_keys) -> None:
+        """Delete ``delete_keys``, then set priorities (unknown keys ignored).
+
+        Every update priority is validated first; an invalid one raises
+        InvalidPriorityError and nothing changes.
+        """
+        cdef const uint64_t[::1] uk = np.ascontiguousarray(update_keys,
+                                                           dtype=np.uint64)
+        cdef const double[::1] up = np.ascontiguousarray(update_priorities,
+                                                         dtype=np.float64)
+        cdef const uint64_t[::1] dk = np.ascontiguousarray(delete_keys,
+                                                           dtype=np.uint64)
+        if uk.shape[0] != up.shape[0]:
+            raise ValueError(f"update keys and priorities differ in length "
+                             f"({uk.shape[0]} != {up.shape[0]})")
+        cdef uint64_t zero_key = 0
+        cdef double zero_prio = 0.0
+        cdef const uint64_t *ukp = &uk[0] if uk.shape[0] else &zero_key
+        cdef const double *upp = &up[0] if up.shape[0] else &zero_prio
+        cdef const uint64_t *dkp = &dk[0] if dk.shape[0] else &zero_key
+        cdef int64_t bad = -1
+        cdef int rc
+        with nogil:
+            rc = fr_table_mutate(self._t, uk.shape[0], ukp, upp, dk.shape[0],
+                                 dkp, &bad)
+        if rc != FR_OK:
+            _raise_for_status(rc, self._ctx(uk[bad], up[bad]) if bad >= 0
+                              else self._ctx())
+
+    def reset(self) -> None:
+        """Remove every item and zero the rate-limiter counters."""
+        with nogil:
+            fr_table_reset(self._t)
+
+    def close(self) -> None:
+        """Wake every waiting call with TableClosedError; later waits fail."""
+        with nogil:
+            fr_table_close(self._t)
+
+    def can_sample(self, int64_t n) -> bool:
+        return bool(fr_table_can_sample(self._t, n))
+
+    def can_insert(self, int64_t n) -> bool:
+        return bool(fr_table_can_insert(self._t, n))
+
+    def size(self) -> int:
+        return fr_table_size(self._t)
+
+    def stats(self) -> dict:
+        """Counters of csrc/table.h ``fr_table_stats`` as a dict."""
+        cdef fr_table_stats s
+        fr_table_stats_get(self._t, &s)
+        return s
+
+    def get(self, uint64_t key):
+        """``(key, priority, times_sampled, inserted_seq, payload)`` or None."""
+        cdef fr_item it
+        if not fr_table_get(self._t, key, &it):
+            return None
+        return it.key, it.priority, it.times_sampled, it.inserted_seq, it.payload
+
+    def items(self):
+        """All items in insertion order as a numpy structured array."""
+        dtype = np.dtype([("key", np.uint64), ("priority", np.float64),
+                          ("times_sampled", np.int64),
+                          ("inserted_seq", np.uint64), ("payload", np.uint64)])
+        cdef int64_t cap = fr_table_size(self._t) + 16
+        cdef fr_item *buf
+        cdef int64_t n
+        while True:
+            buf = <fr_item *>malloc(cap * sizeof(fr_item))
+            if buf == NULL:
+                raise MemoryError()
+            n = fr_table_items(self._t, buf, cap)
+            if n <= cap:
+                break
+            free(buf)
+            cap = n + 16
+        try:
+            out = np.empty(n, dtype=dtype)
+            for i in range(n):
+                out[i] = (buf[i].key, buf[i].priority, buf[i].times_sampled,
+                          buf[i].inserted_seq, buf[i].payload)
+        finally:
+            free(buf)
+        return out

@@ -1,0 +1,40 @@
+"""Exceptions raised by fastreplay.
+
+Every exception derives from :class:`ReverbError` and, where Reverb raises a
+builtin for the same condition, from that builtin too, so both
+``except fastreplay.errors.ReverbError`` and Reverb-style ``except ValueError``
+work.  ``DeadlineExceededError`` is a ``ReverbError`` exactly as in Reverb.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DeadlineExceededError",
+    "InvalidArgumentError",
+    "InvalidPriorityError",
+    "ReverbError",
+    "TableClosedError",
+]
+
+
+class ReverbError(Exception):
+    """Base class of every fastreplay error (Reverb's name)."""
+
+
+class DeadlineExceededError(ReverbError, TimeoutError):
+    """A blocking call (rate limiter, flush, end_episode) ran out of time."""
+
+
+class InvalidArgumentError(ReverbError, ValueError):
+    """An argument was rejected (Reverb's INVALID_ARGUMENT status)."""
+
+
+class InvalidPriorityError(InvalidArgumentError):
+    """A priority is NaN, negative or too large for its selector.
+
+    Only the offending call fails; the table and its items are unchanged.
+    """
+
+
+class TableClosedError(ReverbError, RuntimeError):
+    """The table was closed while the call waited or before it started."""

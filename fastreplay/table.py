@@ -1,0 +1,397 @@
+"""``Table``: Reverb's table configuration over the compiled, thread-safe
+``TableCore``.
+
+Besides Reverb's surface (``name``, ``info``, ``can_sample``,
+``can_insert``, ``replace``, ``Table.queue``, ``Table.stack``) a table offers
+the direct operations that the client and writers build on: ``insert``,
+``insert_batch``, ``sample``, ``mutate_priorities``, ``reset``, ``close``.
+All are thread-safe; the blocking ones release the GIL and take ``timeout``
+in seconds (``None`` waits forever).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fastreplay import _core
+from fastreplay import rate_limiters as rl
+from fastreplay import selectors as sel
+from fastreplay.replay_sample import SampleInfoBatch
+
+__all__ = ["CallStats", "RateLimiterInfo", "Table", "TableInfo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CallStats:
+    """Completed calls and time spent blocked by the rate limiter."""
+
+    completed: int
+    blocked: int
+    stall_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RateLimiterInfo:
+    samples_per_insert: float
+    min_diff: float
+    max_diff: float
+    min_size_to_sample: int
+    insert_stats: CallStats
+    sample_stats: CallStats
+    deletes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInfo:
+    """Reverb's TableInfo fields plus fastreplay's counters."""
+
+    name: str
+    sampler_options: sel.ItemSelector
+    remover_options: sel.ItemSelector
+    max_size: int
+    max_times_sampled: int
+    rate_limiter_info: RateLimiterInfo
+    signature: Any
+    current_size: int
+    num_unique_samples: int
+    num_inserts: int
+    num_samples: int
+    num_updates: int
+    num_deletes: int
+    num_evictions: int
+    num_expired: int
+
+
+def _check_selector(what: str, value: object) -> sel.ItemSelector:
+    if not isinstance(value, sel.ItemSelector):
+        raise TypeError(
+            f"{what} must be a fastreplay.selectors selector, got {value!r}"
+        )
+    return value
+
+
+def _check_signature(signature: Any) -> Any:
+    """Accept a nest (dict/list/tuple) whose leaves have .shape and .dtype."""
+    if signature is None:
+        return None
+    stack = [signature]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)) and not hasattr(node, "dtype"):
+            stack.extend(node)
+        elif not (hasattr(node, "shape") and hasattr(node, "dtype")):
+            raise ValueError(f"Unsupported signature spec: {node!r}")
+    return signature
+
+
+class Table:
+    """A replay table (Reverb's ``reverb.Table``).
+
+    Parameters
+    ----------
+    name : str
+        Non-empty table name.
+    sampler, remover : ItemSelector
+        Distinct selector objects: the sampler picks items to sample, the
+        remover picks the item to evict when an insert exceeds ``max_size``.
+    max_size : int
+        Maximum number of items (> 0).
+    rate_limiter : RateLimiter
+        Controls when inserts and samples may proceed; one table per object.
+    max_times_sampled : int
+        Items are deleted after this many samples; < 1 means unlimited.
+    extensions : tuple
+        Must be empty: table extensions are not supported.
+    signature : nest of specs, optional
+        Objects with ``.shape`` and ``.dtype`` (e.g. ``tf.TensorSpec``).
+    seed : int, optional
+        Seed of the table's sampling generator (fastreplay addition); a fixed
+        seed makes sampling reproducible for a fixed sequence of calls.
+
+    Raises
+    ------
+    ValueError
+        Empty name, ``max_size <= 0``, the same selector as sampler and
+        remover, a rate limiter already used by another table, extensions,
+        or an unsupported signature.
+    TypeError
+        A sampler or remover that is not a selector, or a rate limiter that
+        is not a ``RateLimiter``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        sampler: sel.ItemSelector,
+        remover: sel.ItemSelector,
+        max_size: int,
+        rate_limiter: rl.RateLimiter,
+        max_times_sampled: int = 0,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        if not name:
+            raise ValueError("name must be nonempty")
+        if int(max_size) <= 0:
+            raise ValueError(f"max_size ({max_size}) must be a positive integer")
+        _check_selector("sampler", sampler)
+        _check_selector("remover", remover)
+        if sampler is remover:
+            raise ValueError(
+                f"Table '{name}': sampler and remover must be distinct selector "
+                "objects (the same object cannot track both roles); pass e.g. "
+                f"sampler={sampler!r}, remover={type(remover).__name__}(...)"
+            )
+        if not isinstance(rate_limiter, rl.RateLimiter):
+            raise TypeError(
+                f"rate_limiter must be a fastreplay.rate_limiters.RateLimiter, "
+                f"got {rate_limiter!r}"
+            )
+        if tuple(extensions):
+            raise ValueError("table extensions are not supported by fastreplay")
+        self._signature = _check_signature(signature)
+        rate_limiter._bind(name)
+        self._name = name
+        self._sampler = sampler
+        self._remover = remover
+        self._max_size = int(max_size)
+        self._max_times_sampled = max(int(max_times_sampled), 0)
+        self._rate_limiter = rate_limiter
+        self._seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
+        kinds = _core.SELECTOR_KINDS
+        self._core = _core.TableCore(
+            name,
+            kinds[sampler.kind],
+            sampler.priority_exponent,
+            kinds[remover.kind],
+            remover.priority_exponent,
+            self._max_size,
+            self._max_times_sampled,
+            rate_limiter.samples_per_insert,
+            rate_limiter.min_size_to_sample,
+            rate_limiter.min_diff,
+            rate_limiter.max_diff,
+            self._seed,
+        )
+
+    @classmethod
+    def queue(
+        cls,
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ) -> Table:
+        """A FIFO queue: Fifo sampler and remover, each item sampled once,
+        inserts block when full and samples block when empty."""
+        return cls(
+            name, sel.Fifo(), sel.Fifo(), max_size, rl.Queue(max_size),
+            max_times_sampled=1, extensions=extensions, signature=signature,
+        )
+
+    @classmethod
+    def stack(
+        cls,
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
+    ) -> Table:
+        """A LIFO stack: as :meth:`queue` with Lifo selectors."""
+        return cls(
+            name, sel.Lifo(), sel.Lifo(), max_size, rl.Stack(max_size),
+            max_times_sampled=1, extensions=extensions, signature=signature,
+        )
+
+    def replace(self, **overrides: Any) -> Table:
+        """A new, empty table with this configuration and ``overrides``."""
+        kwargs: dict[str, Any] = dict(
+            name=self._name,
+            sampler=copy.copy(self._sampler),
+            remover=copy.copy(self._remover),
+            max_size=self._max_size,
+            rate_limiter=None,
+            max_times_sampled=self._max_times_sampled,
+            signature=self._signature,
+        )
+        kwargs.update(overrides)
+        if kwargs["rate_limiter"] is None:
+            limiter = copy.copy(self._rate_limiter)
+            limiter._table = None
+            kwargs["rate_limiter"] = limiter
+        return type(self)(**kwargs)
+
+    # ----- Reverb surface -----
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def signature(self) -> Any:
+        return self._signature
+
+    @property
+    def info(self) -> TableInfo:
+        s = self._core.stats()
+        limiter = self._rate_limiter
+        return TableInfo(
+            name=self._name,
+            sampler_options=self._sampler,
+            remover_options=self._remover,
+            max_size=self._max_size,
+            max_times_sampled=self._max_times_sampled,
+            rate_limiter_info=RateLimiterInfo(
+                samples_per_insert=limiter.samples_per_insert,
+                min_diff=limiter.min_diff,
+                max_diff=limiter.max_diff,
+                min_size_to_sample=limiter.min_size_to_sample,
+                insert_stats=CallStats(
+                    s["rl_inserts"], s["num_insert_stalls"],
+                    s["insert_stall_ns"] / 1e9,
+                ),
+                sample_stats=CallStats(
+                    s["rl_samples"], s["num_sample_stalls"],
+                    s["sample_stall_ns"] / 1e9,
+                ),
+                deletes=s["rl_deletes"],
+            ),
+            signature=self._signature,
+            current_size=s["size"],
+            num_unique_samples=s["num_unique_samples"],
+            num_inserts=s["num_inserts"],
+            num_samples=s["num_samples"],
+            num_updates=s["num_updates"],
+            num_deletes=s["num_deletes"],
+            num_evictions=s["num_evictions"],
+            num_expired=s["num_expired"],
+        )
+
+    def can_sample(self, num_samples: int) -> bool:
+        """Whether the rate limiter would admit ``num_samples`` samples now
+        (ignores max_times_sampled, as in Reverb)."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples ({num_samples}) must be >= 1")
+        return bool(self._core.can_sample(num_samples))
+
+    def can_insert(self, num_inserts: int) -> bool:
+        """Whether the rate limiter would admit ``num_inserts`` inserts now
+        (ignores max_size, as in Reverb)."""
+        if num_inserts < 1:
+            raise ValueError(f"num_inserts ({num_inserts}) must be >= 1")
+        return bool(self._core.can_insert(num_inserts))
+
+    # ----- operations -----
+
+    def __len__(self) -> int:
+        return int(self._core.size())
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def insert(
+        self, key: int, priority: float, *, timeout: float | None = None
+    ) -> None:
+        """Insert an item, or update its priority if ``key`` is present.
+
+        Waits while the rate limiter blocks inserts; a NaN or negative
+        priority on a Prioritized selector raises InvalidPriorityError
+        before anything changes.  O(log n).
+
+        Raises
+        ------
+        InvalidPriorityError, DeadlineExceededError, TableClosedError
+        """
+        self._core.insert(key, priority, 0, timeout)
+
+    def insert_batch(
+        self,
+        keys: npt.ArrayLike,
+        priorities: npt.ArrayLike,
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        """Insert many items in one call; returns the number inserted.
+
+        Every priority is validated before the first insert.
+        """
+        return int(self._core.insert_many(keys, priorities, None, timeout))
+
+    def sample(
+        self, num_samples: int = 1, *, timeout: float | None = None
+    ) -> SampleInfoBatch:
+        """Sample ``num_samples`` items (with replacement) in one call.
+
+        Each sample takes one rate-limiter permit; when the limiter blocks
+        the call waits.  If the timeout expires after at least one sample a
+        shorter batch is returned; with none, DeadlineExceededError.
+        """
+        keys, probs, prios, times, sizes, _ = self._core.sample(num_samples, timeout)
+        return SampleInfoBatch(keys, probs, sizes, prios, times)
+
+    def mutate_priorities(
+        self,
+        updates: Mapping[int, float] | None = None,
+        deletes: Iterable[int] | None = None,
+    ) -> None:
+        """Apply ``deletes``, then priority ``updates`` (Reverb's order).
+
+        Unknown keys are ignored.  All priorities are validated first: an
+        invalid one raises InvalidPriorityError and nothing is applied.
+        """
+        updates = updates or {}
+        self._core.mutate(
+            np.fromiter(updates.keys(), dtype=np.uint64, count=len(updates)),
+            np.fromiter(updates.values(), dtype=np.float64, count=len(updates)),
+            np.asarray(list(deletes or ()), dtype=np.uint64),
+        )
+
+    def update_priorities(
+        self, keys: npt.ArrayLike, priorities: npt.ArrayLike
+    ) -> None:
+        """Vectorised priority update (unknown keys ignored)."""
+        self._core.mutate(keys, priorities, np.empty(0, dtype=np.uint64))
+
+    def delete(self, keys: npt.ArrayLike) -> None:
+        """Delete items by key (unknown keys ignored)."""
+        self._core.mutate(
+            np.empty(0, dtype=np.uint64), np.empty(0), np.atleast_1d(keys)
+        )
+
+    def get(self, key: int) -> tuple[int, float, int] | None:
+        """``(key, priority, times_sampled)`` of a stored item, else None."""
+        item = self._core.get(key)
+        return None if item is None else (item[0], item[1], item[2])
+
+    def items(self) -> np.ndarray:
+        """Structured array of every item in insertion order (key, priority,
+        times_sampled, inserted_seq, payload)."""
+        return self._core.items()  # type: ignore[no-any-return]
+
+    def reset(self) -> None:
+        """Delete every item and zero the rate-limiter counters."""
+        self._core.reset()
+
+    def close(self) -> None:
+        """Cancel waiting calls (TableClosedError) and refuse later waits."""
+        self._core.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Table(name={self._name!r}, sampler={self._sampler!r}, "
+            f"remover={self._remover!r}, max_size={self._max_size}, "
+            f"rate_limiter={self._rate_limiter!r}, "
+            f"max_times_sampled={self._max_times_sampled})"
+        )
