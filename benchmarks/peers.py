@@ -1,19 +1,19 @@
 """Peer replay-buffer workloads for benchmarking (standalone: no fastreplay import).
 
-Every factory returns ``None`` when its peer is not installed or does not work
-(the reason is stored in ``UNAVAILABLE[name]``), else a workload whose buffer is
-already filled to ``capacity`` (wall time of the fill in ``fill_seconds``).
-Fills use each peer's batched path, chunked by ``_CHUNK`` rows.
+Each factory returns None when its peer is missing or broken (the reason goes
+to ``UNAVAILABLE[name]``), else a workload already filled to ``capacity`` by
+the peer's batched path in ``_CHUNK``-row chunks (wall time: ``fill_seconds``).
 
-Prioritized workloads (``.sample(batch_size, beta)`` -> ``(batch, indexes)``,
-``.update(indexes, priorities)``, ``.sample_update(batch_size, beta)``, which
-samples, then sets fresh uniform(1e-3, 1) priorities at the sampled indexes);
-each is filled with random priorities:
+Prioritized workloads, filled with uniform(1e-3, 1) priorities, offer
+``.sample(batch_size, beta) -> (batch, indexes)``, ``.update(indexes,
+priorities)`` and ``.sample_update(batch_size, beta)`` (sample, then fresh
+random priorities at the sampled indexes):
 
 * ``cpprb_prioritized``: ``cpprb.PrioritizedReplayBuffer`` with one float32
   field ``obs`` of shape 1; filled by ``add(obs=..., priorities=...)``.  The
-  sample returns ``obs``, ``weights`` and ``indexes``.  cpprb's C++ sampler
-  cannot be seeded.
+  sample returns ``obs``, ``weights`` and ``indexes``; ``weights`` is a view
+  of a cpprb-owned array that the next ``sample`` overwrites (copy it to keep
+  it).  cpprb's C++ sampler cannot be seeded.
 * ``torchrl_prioritized``: ``torchrl.data.PrioritizedReplayBuffer`` (a
   ``PrioritizedSampler`` over ``LazyTensorStorage``) holding a float32 (N, 1)
   tensor; filled by ``extend`` + ``update_priority``.  It needs torchrl's C++
@@ -25,7 +25,9 @@ each is filled with random priorities:
   ``_size`` set, then ``update_weight`` on all indexes.  tianshou requires the
   keys obs, act, rew, terminated, truncated, done (all gathered on sample,
   obs float32 of shape 1, the rest scalars); it samples with the global NumPy
-  RNG, which the factory seeds.
+  RNG, which the factory seeds.  Its ``SegmentTree`` is numba-compiled on the
+  first construction in a process (~4 s here); the factory does that on a
+  16-slot buffer first and reports it as ``setup_seconds``, not in the fill.
 
 Uniform workloads (``.sample(batch_size)``) hold small transitions: obs and
 next_obs float32[4], act float32[1], rew float32, done float32:
@@ -47,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -56,31 +58,38 @@ UNAVAILABLE: dict[str, str] = {}
 
 _CHUNK = 100_000
 _OBS_DIM = 4
+_W = TypeVar("_W")
 
 
 @dataclass
 class PrioritizedWorkload:
+    """A filled prioritized peer buffer; see the module docstring."""
+
     name: str
     capacity: int
     fill_seconds: float
     sample: Callable[[int, float], tuple[Any, Any]]  # (batch_size, beta) -> (batch, indexes)
     update: Callable[[Any, np.ndarray], None]  # (indexes, priorities) -> None
     rng: np.random.Generator = field(repr=False)
+    setup_seconds: float = 0.0  # one-off per-process cost kept out of fill_seconds
 
     def sample_update(self, batch_size: int = 256, beta: float = 0.4) -> None:
+        """Sample a batch, then give its indexes fresh uniform(1e-3, 1) priorities."""
         _, indexes = self.sample(batch_size, beta)
         self.update(indexes, self.rng.uniform(1e-3, 1.0, batch_size))
 
 
 @dataclass
 class UniformWorkload:
+    """A filled uniform peer buffer; see the module docstring."""
+
     name: str
     capacity: int
     fill_seconds: float
     sample: Callable[[int], Any]  # batch_size -> batch
 
 
-def _guard(name: str, build: Callable[[], Any]) -> Any:
+def _guard(name: str, build: Callable[[], _W]) -> _W | None:
     """Run ``build``; on any failure record the reason and return None."""
     try:
         result = build()
@@ -99,10 +108,10 @@ def _transitions(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """n small uniform-workload transitions, all float32."""
     f32 = np.float32
     return {
-        "obs": rng.standard_normal((n, _OBS_DIM), dtype=f32),
-        "act": rng.standard_normal((n, 1), dtype=f32),
-        "rew": rng.standard_normal((n, 1), dtype=f32),
-        "next_obs": rng.standard_normal((n, _OBS_DIM), dtype=f32),
+        "obs": rng.standard_normal((n, _OBS_DIM), f32),
+        "act": rng.standard_normal((n, 1), f32),
+        "rew": rng.standard_normal((n, 1), f32),
+        "next_obs": rng.standard_normal((n, _OBS_DIM), f32),
         "done": (rng.random((n, 1)) < 0.01).astype(f32),
     }
 
@@ -115,23 +124,18 @@ def cpprb_prioritized(
 
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = cpprb.PrioritizedReplayBuffer(
-            capacity, {"obs": {"shape": 1, "dtype": np.float32}}, alpha=alpha
-        )
+        rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"dtype": np.float32}}, alpha=alpha)
         for lo, hi in _chunks(capacity):
-            rb.add(
-                obs=rng.standard_normal((hi - lo, 1), dtype=np.float32),
-                priorities=rng.uniform(1e-3, 1.0, hi - lo),
-            )
+            n = hi - lo
+            rb.add(obs=rng.standard_normal((n, 1), np.float32), priorities=rng.uniform(1e-3, 1, n))
         fill = time.perf_counter() - t0
 
         def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
             batch = rb.sample(batch_size, beta=beta)
             return batch, batch["indexes"]
 
-        return PrioritizedWorkload(
-            "cpprb_prioritized", capacity, fill, sample, rb.update_priorities, rng
-        )
+        return PrioritizedWorkload("cpprb_prioritized", capacity, fill, sample,
+                                   rb.update_priorities, rng)
 
     return _guard("cpprb_prioritized", build)
 
@@ -141,6 +145,7 @@ def torchrl_prioritized(
 ) -> PrioritizedWorkload | None:
     def build() -> PrioritizedWorkload:
         import torch
+        import torchrl._torchrl  # noqa: F401  C++ segment trees; raises the real ImportError
         from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
 
         logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -175,31 +180,25 @@ def tianshou_prioritized(
 
         np.random.seed(seed)  # tianshou's prioritized sampling uses np.random.rand
         rng = np.random.default_rng(seed)
+        t_jit = time.perf_counter()
+        PrioritizedReplayBuffer(16, alpha=alpha, beta=0.4)  # numba JIT of its SegmentTree
         t0 = time.perf_counter()
         rb = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=0.4, random_seed=seed)
-        rb.set_batch(
-            Batch(
-                obs=rng.standard_normal((capacity, 1), dtype=np.float32),
-                act=np.zeros(capacity, np.int64),
-                rew=np.zeros(capacity, np.float32),
-                terminated=np.zeros(capacity, bool),
-                truncated=np.zeros(capacity, bool),
-                done=np.zeros(capacity, bool),
-            )
-        )
+        no = np.zeros(capacity, bool)
+        rb.set_batch(Batch(obs=rng.standard_normal((capacity, 1), np.float32),
+                           act=np.zeros(capacity, np.int64), rew=np.zeros(capacity, np.float32),
+                           terminated=no, truncated=no.copy(), done=no.copy()))
         rb._size = capacity  # as tianshou's ReplayBuffer.from_data does
         rb.last_index[0] = capacity - 1
-        everything = np.arange(capacity)
-        rb.update_weight(everything, rng.uniform(1e-3, 1.0, capacity))
+        rb.update_weight(np.arange(capacity), rng.uniform(1e-3, 1.0, capacity))
         fill = time.perf_counter() - t0
 
         def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
             rb.set_beta(beta)
             return rb.sample(batch_size)
 
-        return PrioritizedWorkload(
-            "tianshou_prioritized", capacity, fill, sample, rb.update_weight, rng
-        )
+        return PrioritizedWorkload("tianshou_prioritized", capacity, fill, sample,
+                                   rb.update_weight, rng, setup_seconds=t0 - t_jit)
 
     return _guard("tianshou_prioritized", build)
 
@@ -231,10 +230,8 @@ def torchrl_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload
         logging.getLogger("torchrl").setLevel(logging.WARNING)
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = ReplayBuffer(
-            storage=LazyTensorStorage(capacity),
-            generator=torch.Generator().manual_seed(seed),
-        )
+        rb = ReplayBuffer(storage=LazyTensorStorage(capacity),
+                          generator=torch.Generator().manual_seed(seed))
         for lo, hi in _chunks(capacity):
             data = {k: torch.from_numpy(v) for k, v in _transitions(rng, hi - lo).items()}
             rb.extend(TensorDict(data, batch_size=[hi - lo]))
@@ -252,13 +249,8 @@ def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | N
         np.random.seed(seed)  # SB3 samples with np.random.randint
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = ReplayBuffer(
-            capacity,
-            spaces.Box(-np.inf, np.inf, (_OBS_DIM,), np.float32),
-            spaces.Box(-1.0, 1.0, (1,), np.float32),
-            device="cpu",
-            n_envs=1,
-        )
+        rb = ReplayBuffer(capacity, spaces.Box(-np.inf, np.inf, (_OBS_DIM,), np.float32),
+                          spaces.Box(-1.0, 1.0, (1,), np.float32), device="cpu", n_envs=1)
         for lo, hi in _chunks(capacity):  # arrays are (capacity, n_envs, ...)
             t = _transitions(rng, hi - lo)
             rb.observations[lo:hi, 0] = t["obs"]
@@ -274,12 +266,6 @@ def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | N
 
 
 PRIORITIZED: dict[str, Callable[..., PrioritizedWorkload | None]] = {
-    "cpprb_prioritized": cpprb_prioritized,
-    "torchrl_prioritized": torchrl_prioritized,
-    "tianshou_prioritized": tianshou_prioritized,
-}
+    f.__name__: f for f in (cpprb_prioritized, torchrl_prioritized, tianshou_prioritized)}
 UNIFORM: dict[str, Callable[..., UniformWorkload | None]] = {
-    "cpprb_uniform": cpprb_uniform,
-    "torchrl_uniform": torchrl_uniform,
-    "sb3_uniform": sb3_uniform,
-}
+    f.__name__: f for f in (cpprb_uniform, torchrl_uniform, sb3_uniform)}

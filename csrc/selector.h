@@ -66,6 +66,11 @@ void fr_selector_insert(fr_selector *s, int32_t slot, double priority);
  * and Lifo. */
 void fr_selector_update(fr_selector *s, int32_t slot, double priority);
 
+/* Hint the cache lines an update of `slot` will touch (Prioritized only). */
+FR_INLINE void fr_selector_prefetch(const fr_selector *s, int32_t slot) {
+    if (s->kind == FR_SEL_PRIORITIZED) fr_sumtree_prefetch(&s->tree, (size_t)slot);
+}
+
 /* Remove a present slot.  O(1) or O(log n). */
 void fr_selector_remove(fr_selector *s, int32_t slot);
 

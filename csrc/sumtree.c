@@ -48,10 +48,27 @@ void fr_sumtree_free(fr_sumtree *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* Running sums of a sibling group, pre[k] = weight of children [0, k),
+ * formed pairwise so the dependency chain is 3 additions deep instead of 8.
+ * Each pre[k+1] >= pre[k], and a zero-weight child k gives pre[k+1] ==
+ * pre[k] exactly: find relies on both.  pre[FAN] is the group's sum. */
+FR_INLINE void group_prefix(const double *c, double pre[FAN + 1]) {
+    double s01 = c[0] + c[1], s45 = c[4] + c[5];
+    double s0123 = s01 + (c[2] + c[3]);
+    double s456 = s45 + c[6];
+    pre[0] = 0.0;
+    pre[1] = c[0];
+    pre[2] = s01;
+    pre[3] = s01 + c[2];
+    pre[4] = s0123;
+    pre[5] = s0123 + c[4];
+    pre[6] = s0123 + s45;
+    pre[7] = s0123 + s456;
+    pre[8] = s0123 + (s45 + (c[6] + c[7]));
+}
+
 FR_INLINE double group_sum(const double *c) {
-    double s = 0.0;
-    for (int k = 0; k < FAN; k++) s += c[k];
-    return s;
+    return (c[0] + c[1] + (c[2] + c[3])) + (c[4] + c[5] + (c[6] + c[7]));
 }
 
 /* Recompute every internal level from the leaves.  O(capacity). */
@@ -90,22 +107,23 @@ void fr_sumtree_set(fr_sumtree *t, size_t i, double w) {
 }
 
 /* Pick the child of group c that contains offset *x and subtract the weight
- * to its left.  Only children with positive weight are eligible; when
- * rounding leaves *x past the last positive child, that child is taken. */
+ * to its left.  Branch-free: the child is the number of running sums that
+ * stay <= *x.  A zero-weight child repeats the previous running sum, so it is
+ * always counted and never picked.  When rounding leaves *x at or past the
+ * group total, the last positive child is taken (rare, so the branch
+ * predicts well). */
 FR_INLINE size_t pick_child(const double *c, double *x) {
-    int last = 0;
+    double pre[FAN + 1];
+    group_prefix(c, pre);
     double v = *x;
-    for (int k = 0; k < FAN; k++) {
-        double s = c[k];
-        if (s > 0.0) {
-            if (v < s) {
-                *x = v;
-                return (size_t)k;
-            }
-            v -= s;
-            last = k;
-        }
+    int k = 0;
+    for (int i = 1; i <= FAN; i++) k += pre[i] <= v;
+    if (k < FAN) {
+        *x = v - pre[k];
+        return (size_t)k;
     }
+    int last = FAN - 1;
+    while (last > 0 && !(c[last] > 0.0)) last--;
     *x = c[last] * 0.5;
     return (size_t)last;
 }

@@ -314,6 +314,8 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
         can_sample_locked(t, n) && reserve_scratch(t, (size_t)n) == FR_OK) {
         fr_selector_sample_many(&t->sampler, &t->rng, (size_t)n,
                                 t->scratch_slots, probabilities, t->scratch);
+        for (int64_t j = 0; j < n; j++)
+            __builtin_prefetch(&t->items[t->scratch_slots[j]]);
         for (; k < n; k++)
             commit_sample(t, (int32_t)t->scratch_slots[k], probabilities[k], k,
                           keys, probabilities, priorities, times_sampled,
@@ -351,6 +353,38 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
     return rc;
 }
 
+#define FR_PIPELINE 16
+
+/* Set the priorities of present keys, in groups whose cache misses are
+ * overlapped: prefetch the index buckets, then the items and tree paths,
+ * then apply. */
+static void apply_updates(fr_table *t, int64_t n, const uint64_t *keys,
+                          const double *priorities) {
+    int32_t slots[FR_PIPELINE];
+    for (int64_t base = 0; base < n; base += FR_PIPELINE) {
+        int64_t m = n - base < FR_PIPELINE ? n - base : FR_PIPELINE;
+        for (int64_t g = 0; g < m; g++)
+            fr_keymap_prefetch(&t->index, keys[base + g]);
+        for (int64_t g = 0; g < m; g++) {
+            int32_t slot = fr_keymap_get(&t->index, keys[base + g]);
+            slots[g] = slot;
+            if (slot < 0) continue;
+            __builtin_prefetch(&t->items[slot]);
+            fr_selector_prefetch(&t->sampler, slot);
+            fr_selector_prefetch(&t->remover, slot);
+        }
+        for (int64_t g = 0; g < m; g++) {
+            int32_t slot = slots[g];
+            if (slot < 0) continue;
+            double p = priorities[base + g];
+            t->items[slot].priority = p;
+            fr_selector_update(&t->sampler, slot, p);
+            fr_selector_update(&t->remover, slot, p);
+            t->st.num_updates++;
+        }
+    }
+}
+
 int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
                     const double *priorities, int64_t n_deletes,
                     const uint64_t *delete_keys, int64_t *bad_index) {
@@ -372,14 +406,7 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
         removed++;
     }
     t->st.num_deletes += removed;
-    for (int64_t i = 0; i < n_updates; i++) {
-        int32_t slot = fr_keymap_get(&t->index, keys[i]);
-        if (slot < 0) continue;
-        t->items[slot].priority = priorities[i];
-        fr_selector_update(&t->sampler, slot, priorities[i]);
-        fr_selector_update(&t->remover, slot, priorities[i]);
-        t->st.num_updates++;
-    }
+    apply_updates(t, n_updates, keys, priorities);
     if (removed > 0) pthread_cond_broadcast(&t->can_insert_cv);
     pthread_mutex_unlock(&t->mu);
     return FR_OK;
