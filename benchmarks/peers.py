@@ -12,13 +12,14 @@ random priorities at the sampled indexes):
 * ``cpprb_prioritized``: ``cpprb.PrioritizedReplayBuffer`` with one float32
   field ``obs`` of shape 1; filled by ``add(obs=..., priorities=...)``.  The
   sample returns ``obs``, ``weights`` and ``indexes``; ``weights`` is a view
-  of a cpprb-owned array that the next ``sample`` overwrites (copy it to keep
-  it).  cpprb's C++ sampler cannot be seeded.
+  of a cpprb-owned array that the next ``sample`` overwrites or frees (copy it
+  to keep it).  cpprb's C++ sampler cannot be seeded.
 * ``torchrl_prioritized``: ``torchrl.data.PrioritizedReplayBuffer`` (a
   ``PrioritizedSampler`` over ``LazyTensorStorage``) holding a float32 (N, 1)
   tensor; filled by ``extend`` + ``update_priority``.  It needs torchrl's C++
   segment trees (``torchrl._torchrl``), which torchrl wheels ship built for one
-  torch release only; on a mismatch the factory returns None.
+  torch release only; on a mismatch (torchrl 0.14.1 vs torch 2.13: "undefined
+  symbol") the factory returns None with that ImportError in UNAVAILABLE.
 * ``tianshou_prioritized``: ``tianshou.data.PrioritizedReplayBuffer``.  Its
   ``add`` takes one transition per call, so it is filled the way tianshou's own
   ``ReplayBuffer.from_data`` does it: ``set_batch`` with full-size arrays, then

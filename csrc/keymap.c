@@ -5,17 +5,15 @@
 
 #define FR_KEYMAP_MIN_BUCKETS 64
 
+static void mark_empty(fr_keymap_slot *b, size_t n) {
+    for (size_t i = 0; i < n; i++) b[i].val = -1;
+}
+
 static int alloc_buckets(fr_keymap *m, size_t n) {
-    uint64_t *keys = malloc(n * sizeof *keys);
-    int32_t *vals = malloc(n * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
-        return FR_ENOMEM;
-    }
-    memset(vals, 0xff, n * sizeof *vals); /* every bucket -1 */
-    m->keys = keys;
-    m->vals = vals;
+    fr_keymap_slot *b = malloc(n * sizeof *b);
+    if (!b) return FR_ENOMEM;
+    mark_empty(b, n);
+    m->b = b;
     m->mask = n - 1;
     return FR_OK;
 }
@@ -26,23 +24,21 @@ int fr_keymap_init(fr_keymap *m) {
 }
 
 void fr_keymap_free(fr_keymap *m) {
-    free(m->keys);
-    free(m->vals);
-    m->keys = NULL;
-    m->vals = NULL;
+    free(m->b);
+    m->b = NULL;
     m->size = 0;
 }
 
 void fr_keymap_clear(fr_keymap *m) {
-    memset(m->vals, 0xff, (m->mask + 1) * sizeof *m->vals);
+    mark_empty(m->b, m->mask + 1);
     m->size = 0;
 }
 
 static void raw_put(fr_keymap *m, uint64_t key, int32_t val) {
     size_t i = fr_keymap_bucket(m, key);
-    while (m->vals[i] >= 0) i = (i + 1) & m->mask;
-    m->keys[i] = key;
-    m->vals[i] = val;
+    while (m->b[i].val >= 0) i = (i + 1) & m->mask;
+    m->b[i].key = key;
+    m->b[i].val = val;
 }
 
 static int grow(fr_keymap *m) {
@@ -53,9 +49,8 @@ static int grow(fr_keymap *m) {
         return rc;
     }
     for (size_t i = 0; i <= old.mask; i++)
-        if (old.vals[i] >= 0) raw_put(m, old.keys[i], old.vals[i]);
-    free(old.keys);
-    free(old.vals);
+        if (old.b[i].val >= 0) raw_put(m, old.b[i].key, (int32_t)old.b[i].val);
+    free(old.b);
     return FR_OK;
 }
 
@@ -71,9 +66,9 @@ int fr_keymap_put(fr_keymap *m, uint64_t key, int32_t val) {
 
 void fr_keymap_set(fr_keymap *m, uint64_t key, int32_t val) {
     size_t i = fr_keymap_bucket(m, key);
-    while (m->vals[i] >= 0) {
-        if (m->keys[i] == key) {
-            m->vals[i] = val;
+    while (m->b[i].val >= 0) {
+        if (m->b[i].key == key) {
+            m->b[i].val = val;
             return;
         }
         i = (i + 1) & m->mask;
@@ -82,27 +77,26 @@ void fr_keymap_set(fr_keymap *m, uint64_t key, int32_t val) {
 
 int32_t fr_keymap_del(fr_keymap *m, uint64_t key) {
     size_t i = fr_keymap_bucket(m, key);
-    while (m->vals[i] >= 0 && m->keys[i] != key) i = (i + 1) & m->mask;
-    int32_t found = m->vals[i];
+    while (m->b[i].val >= 0 && m->b[i].key != key) i = (i + 1) & m->mask;
+    int32_t found = (int32_t)m->b[i].val;
     if (found < 0) return -1;
     /* Backward-shift: pull later members of the probe run into the hole so
      * lookups never need tombstones. */
     size_t hole = i;
     for (;;) {
         i = (i + 1) & m->mask;
-        if (m->vals[i] < 0) break;
-        size_t home = fr_keymap_bucket(m, m->keys[i]);
+        if (m->b[i].val < 0) break;
+        size_t home = fr_keymap_bucket(m, m->b[i].key);
         /* Move entry i into the hole unless its home lies cyclically in
          * (hole, i]. */
         int in_range = hole <= i ? (hole < home && home <= i)
                                  : (hole < home || home <= i);
         if (!in_range) {
-            m->keys[hole] = m->keys[i];
-            m->vals[hole] = m->vals[i];
+            m->b[hole] = m->b[i];
             hole = i;
         }
     }
-    m->vals[hole] = -1;
+    m->b[hole].val = -1;
     m->size--;
     return found;
 }

@@ -8,10 +8,15 @@
 
 #include "fr_common.h"
 
+/* Key and value share a bucket so a probe touches one cache line. */
+typedef struct fr_keymap_slot {
+    uint64_t key;
+    int64_t val; /* -1 marks an empty bucket */
+} fr_keymap_slot;
+
 typedef struct fr_keymap {
-    uint64_t *keys;
-    int32_t *vals;   /* -1 marks an empty bucket */
-    size_t mask;     /* number of buckets - 1 (a power of two minus one) */
+    fr_keymap_slot *b;
+    size_t mask; /* number of buckets - 1 (a power of two minus one) */
     size_t size;
 } fr_keymap;
 
@@ -28,8 +33,8 @@ FR_INLINE size_t fr_keymap_bucket(const fr_keymap *m, uint64_t key) {
 /* Slot id stored for key, or -1.  O(1) expected. */
 FR_INLINE int32_t fr_keymap_get(const fr_keymap *m, uint64_t key) {
     size_t i = fr_keymap_bucket(m, key);
-    while (m->vals[i] >= 0) {
-        if (m->keys[i] == key) return m->vals[i];
+    while (m->b[i].val >= 0) {
+        if (m->b[i].key == key) return (int32_t)m->b[i].val;
         i = (i + 1) & m->mask;
     }
     return -1;
@@ -37,9 +42,7 @@ FR_INLINE int32_t fr_keymap_get(const fr_keymap *m, uint64_t key) {
 
 /* Hint the cache lines a lookup of key will read first. */
 FR_INLINE void fr_keymap_prefetch(const fr_keymap *m, uint64_t key) {
-    size_t i = fr_keymap_bucket(m, key);
-    __builtin_prefetch(&m->keys[i]);
-    __builtin_prefetch(&m->vals[i]);
+    __builtin_prefetch(&m->b[fr_keymap_bucket(m, key)]);
 }
 
 /* Insert key -> val; the key must be absent.  Returns FR_OK or FR_ENOMEM

@@ -149,8 +149,8 @@ void fr_table_free(fr_table *t) {
     if (t->items) {
         /* Release payloads of live items: walk the index. */
         for (size_t b = 0; b <= t->index.mask; b++)
-            if (t->index.vals[b] >= 0)
-                release_payload(t, t->items[t->index.vals[b]].payload);
+            if (t->index.b[b].val >= 0)
+                release_payload(t, t->items[t->index.b[b].val].payload);
     }
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
@@ -415,8 +415,8 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
 void fr_table_reset(fr_table *t) {
     pthread_mutex_lock(&t->mu);
     for (size_t b = 0; b <= t->index.mask; b++)
-        if (t->index.vals[b] >= 0)
-            release_payload(t, t->items[t->index.vals[b]].payload);
+        if (t->index.b[b].val >= 0)
+            release_payload(t, t->items[t->index.b[b].val].payload);
     fr_keymap_clear(&t->index);
     fr_selector_clear(&t->sampler);
     fr_selector_clear(&t->remover);
@@ -482,8 +482,8 @@ int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap) {
     if (n <= cap) {
         int64_t k = 0;
         for (size_t b = 0; b <= t->index.mask; b++) {
-            if (t->index.vals[b] < 0) continue;
-            out[k] = t->items[t->index.vals[b]];
+            if (t->index.b[b].val < 0) continue;
+            out[k] = t->items[t->index.b[b].val];
             if (t->ops.retain) t->ops.retain(t->ops.ctx, out[k].payload);
             k++;
         }

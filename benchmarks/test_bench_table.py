@@ -1,0 +1,48 @@
+"""Table workloads (DESIGN.md section 6, workloads 2 and 3) on fastreplay and,
+when installed, its peers, grouped so pytest-benchmark shows them side by side:
+
+- prioritized: 1e6 items, sample 256 with alpha=0.6 and IS weights beta=0.4,
+  then update the 256 sampled priorities;
+- uniform: sample 256 from 1e6 items.
+
+Run: pytest benchmarks --benchmark-only --benchmark-group-by=group
+(``benchmarks/compare_table.py`` prints the same workloads as ratios.)
+"""
+
+from __future__ import annotations
+
+import peers
+import pytest
+import workloads
+from conftest import CAPACITY
+
+PRIORITIZED = {"fastreplay_prioritized": workloads.fastreplay_prioritized,
+               **peers.PRIORITIZED}
+UNIFORM = {"fastreplay_uniform": workloads.fastreplay_uniform, **peers.UNIFORM}
+
+
+def _build(factories: dict, name: str):  # type: ignore[no-untyped-def]
+    workload = factories[name](CAPACITY)
+    if workload is None:
+        pytest.skip(f"{name}: {peers.UNAVAILABLE.get(name, 'not installed')}")
+    return workload
+
+
+@pytest.fixture(scope="module", params=sorted(PRIORITIZED))
+def prioritized(request):  # type: ignore[no-untyped-def]
+    return _build(PRIORITIZED, request.param)
+
+
+@pytest.fixture(scope="module", params=sorted(UNIFORM))
+def uniform(request):  # type: ignore[no-untyped-def]
+    return _build(UNIFORM, request.param)
+
+
+@pytest.mark.benchmark(group="prioritized: sample 256 + update 256")
+def test_prioritized_sample_update(benchmark, prioritized) -> None:
+    benchmark(prioritized.sample_update, 256, 0.4)
+
+
+@pytest.mark.benchmark(group="uniform: sample 256")
+def test_uniform_sample(benchmark, uniform) -> None:
+    benchmark(uniform.sample, 256)
