@@ -23,6 +23,13 @@ enum fr_status {
     FR_ECLOSED = -8,         /* table closed while waiting / after close */
     FR_EEMPTY = -9,          /* sample from an empty selector */
     FR_EFULL = -10,          /* capacity would overflow int32 slot ids */
+    FR_EBUSY = -11,          /* chunker reconfigured with a non-empty buffer */
+    FR_EEXPIRED = -12,       /* cell reference expired */
+    FR_EDTYPE = -13,         /* value or reference of the wrong dtype */
+    FR_ESHAPE = -14,         /* value or reference of an incompatible shape */
+    FR_EREPEATED = -15,      /* column given twice in one step */
+    FR_ESQUEEZE = -16,       /* squeezed column without exactly one row */
+    FR_ECORRUPT = -17,       /* stored chunk data failed to decode */
 };
 
 #define FR_INLINE static inline

@@ -8,6 +8,13 @@
 
 #define FR_TABLE_MIN_CAPACITY 1024
 
+typedef struct fr_async_insert {
+    uint64_t key;
+    double priority;
+    uint64_t payload;
+    fr_sync *sync;
+} fr_async_insert;
+
 struct fr_table {
     pthread_mutex_t mu;
     pthread_cond_t can_insert_cv; /* signalled after samples, deletes, reset */
@@ -27,8 +34,12 @@ struct fr_table {
     double *scratch;      /* uniforms for batched sampling */
     int64_t *scratch_slots;
     size_t scratch_cap;
+    fr_async_insert *queue; /* ring of pending async inserts */
+    size_t queue_head, queue_len, queue_cap;
     int closed;
 };
+
+static void drop_queue(fr_table *t);
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -95,6 +106,68 @@ static int ensure_slot(fr_table *t) {
     return grow_slots(t, cap);
 }
 
+fr_sync *fr_sync_new(void) {
+    fr_sync *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (pthread_mutex_init(&s->mu, NULL) || init_cond(&s->cv)) {
+        free(s);
+        return NULL;
+    }
+    s->refs = 1;
+    return s;
+}
+
+void fr_sync_retain(fr_sync *s) {
+    pthread_mutex_lock(&s->mu);
+    s->refs++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void fr_sync_release(fr_sync *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t left = --s->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left) return;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void sync_add(fr_sync *s, int64_t delta, int64_t dropped) {
+    pthread_mutex_lock(&s->mu);
+    s->pending += delta;
+    s->dropped += dropped;
+    if (delta < 0) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns) {
+    int64_t deadline = deadline_from(timeout_ns);
+    int rc = FR_OK;
+    pthread_mutex_lock(&s->mu);
+    while (s->pending > max_pending) {
+        if (deadline == FR_NO_DEADLINE) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        if (now_ns() >= deadline) {
+            rc = FR_ETIMEOUT;
+            break;
+        }
+        struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int64_t fr_sync_pending(fr_sync *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->pending;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
                        int remover_kind, double remover_exponent,
                        int64_t max_size, int64_t max_times_sampled,
@@ -152,6 +225,8 @@ void fr_table_free(fr_table *t) {
             if (t->index.b[b].val >= 0)
                 release_payload(t, t->items[t->index.b[b].val].payload);
     }
+    drop_queue(t);
+    free(t->queue);
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
     fr_keymap_free(&t->index);
@@ -168,6 +243,7 @@ void fr_table_free(fr_table *t) {
 void fr_table_close(fr_table *t) {
     pthread_mutex_lock(&t->mu);
     t->closed = 1;
+    drop_queue(t);
     pthread_cond_broadcast(&t->can_insert_cv);
     pthread_cond_broadcast(&t->can_sample_cv);
     pthread_mutex_unlock(&t->mu);
@@ -221,6 +297,72 @@ static int insert_locked(fr_table *t, uint64_t key, double priority,
         t->st.num_evictions++;
     }
     return FR_OK;
+}
+
+/* Insert queued async items from the head while the limiter admits them. */
+static void drain_queue(fr_table *t) {
+    int64_t done = 0;
+    while (t->queue_len > 0 && !t->closed &&
+           fr_rate_limiter_can_insert(&t->limiter, 1)) {
+        fr_async_insert *q = &t->queue[t->queue_head];
+        if (insert_locked(t, q->key, q->priority, q->payload) != FR_OK) break;
+        sync_add(q->sync, -1, 0);
+        fr_sync_release(q->sync);
+        t->queue_head = (t->queue_head + 1) % t->queue_cap;
+        t->queue_len--;
+        done++;
+    }
+    if (done > 0) pthread_cond_broadcast(&t->can_sample_cv);
+}
+
+/* Discard every queued async insert (table closing or freed). */
+static void drop_queue(fr_table *t) {
+    while (t->queue_len > 0) {
+        fr_async_insert *q = &t->queue[t->queue_head];
+        release_payload(t, q->payload);
+        sync_add(q->sync, -1, 1);
+        fr_sync_release(q->sync);
+        t->queue_head = (t->queue_head + 1) % t->queue_cap;
+        t->queue_len--;
+    }
+}
+
+static int queue_push(fr_table *t, fr_async_insert item) {
+    if (t->queue_len == t->queue_cap) {
+        size_t cap = t->queue_cap ? t->queue_cap * 2 : 64;
+        fr_async_insert *q = malloc(cap * sizeof *q);
+        if (!q) return FR_ENOMEM;
+        for (size_t i = 0; i < t->queue_len; i++)
+            q[i] = t->queue[(t->queue_head + i) % t->queue_cap];
+        free(t->queue);
+        t->queue = q;
+        t->queue_head = 0;
+        t->queue_cap = cap;
+    }
+    t->queue[(t->queue_head + t->queue_len) % t->queue_cap] = item;
+    t->queue_len++;
+    return FR_OK;
+}
+
+int fr_table_check_priority(fr_table *t, double priority) {
+    return check_priority(t, priority);
+}
+
+int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
+                          uint64_t payload, fr_sync *sync) {
+    int rc = check_priority(t, priority);
+    if (rc != FR_OK) return rc;
+    pthread_mutex_lock(&t->mu);
+    if (t->closed) {
+        rc = FR_ECLOSED;
+    } else if ((rc = queue_push(t, (fr_async_insert){key, priority, payload,
+                                                      sync})) == FR_OK) {
+        fr_sync_retain(sync);
+        sync_add(sync, 1, 0);
+        drain_queue(t);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 int fr_table_insert(fr_table *t, uint64_t key, double priority,
@@ -345,6 +487,7 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
     }
     if (start != 0) t->st.sample_stall_ns += now_ns() - start;
     if (k > 0) {
+        drain_queue(t);
         pthread_cond_broadcast(&t->can_insert_cv);
         if (rc == FR_ETIMEOUT || rc == FR_ECLOSED) rc = FR_OK;
     }
@@ -407,7 +550,10 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
     }
     t->st.num_deletes += removed;
     apply_updates(t, n_updates, keys, priorities);
-    if (removed > 0) pthread_cond_broadcast(&t->can_insert_cv);
+    if (removed > 0) {
+        drain_queue(t);
+        pthread_cond_broadcast(&t->can_insert_cv);
+    }
     pthread_mutex_unlock(&t->mu);
     return FR_OK;
 }
@@ -424,6 +570,7 @@ void fr_table_reset(fr_table *t) {
     for (size_t s = t->capacity; s-- > 0;) t->free_slots[t->num_free++] = (int32_t)s;
     t->limiter.inserts = t->limiter.samples = t->limiter.deletes = 0;
     memset(&t->st, 0, sizeof t->st);
+    drain_queue(t);
     pthread_cond_broadcast(&t->can_insert_cv);
     pthread_cond_broadcast(&t->can_sample_cv);
     pthread_mutex_unlock(&t->mu);

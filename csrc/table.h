@@ -57,6 +57,25 @@ typedef struct fr_table_stats {
 
 typedef struct fr_table fr_table;
 
+/* Completion counter shared by a writer and the tables that hold its queued
+ * inserts (fr_table_insert_async).  Reference counted so a writer may be
+ * closed while its inserts are still queued. */
+typedef struct fr_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t pending;  /* queued in tables, not yet inserted */
+    int64_t dropped;  /* discarded because their table closed */
+    int64_t refs;     /* guarded by mu */
+} fr_sync;
+
+fr_sync *fr_sync_new(void);
+void fr_sync_retain(fr_sync *s);
+void fr_sync_release(fr_sync *s);
+/* Wait until at most max_pending inserts are queued, up to timeout_ns
+ * (negative = forever).  FR_OK or FR_ETIMEOUT. */
+int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns);
+int64_t fr_sync_pending(fr_sync *s);
+
 /* Create a table.  sampler_kind/remover_kind are fr_selector_kind values with
  * their exponents; max_size >= 1; max_times_sampled < 1 means unlimited.
  * Returns NULL on allocation failure or invalid kinds. */
@@ -81,6 +100,18 @@ void fr_table_close(fr_table *t);
  * FR_ECLOSED or FR_ENOMEM.  O(log n) per item. */
 int fr_table_insert(fr_table *t, uint64_t key, double priority,
                     uint64_t payload, int64_t timeout_ns);
+
+/* Queue an insert-or-assign that never blocks: it happens, in FIFO order,
+ * as soon as the rate limiter admits it, in whichever thread changes the
+ * limiter state (this one, a sampler, a deleter).  Counts one pending insert
+ * on `sync` until then.  An invalid priority fails before queueing.  On
+ * success the table owns the payload.  FR_OK, FR_EPRIORITY_*, FR_EINVAL,
+ * FR_ECLOSED or FR_ENOMEM. */
+int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
+                          uint64_t payload, fr_sync *sync);
+
+/* FR_OK if both selectors accept `priority`, else its FR_EPRIORITY_* code. */
+int fr_table_check_priority(fr_table *t, double priority);
 
 /* Insert n items in order with one lock acquisition while the rate limiter
  * allows.  Every priority is validated first: on an invalid one *bad_index

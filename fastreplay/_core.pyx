@@ -8,6 +8,7 @@ Status codes become exceptions in exactly one place, ``_raise_for_status``.
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -28,29 +29,44 @@ RATE_LIMITER_TIMEOUT_MESSAGE = (
     "Rate Limiter: Timeout exceeded before the right to insert was acquired."
 )
 
-_PRIORITY_MESSAGES = {
+_DEFAULT_MESSAGES = {
     FR_EPRIORITY_NAN: "Priority must not be NaN.",
     FR_EPRIORITY_NEG: "Priority must not be negative.",
     FR_EINVAL: "Priority must be finite after applying the priority exponent.",
+    FR_ETIMEOUT: RATE_LIMITER_TIMEOUT_MESSAGE,
+    FR_ECLOSED: "Table is closed.",
+    FR_ENOMEM: "fastreplay core out of memory.",
+    FR_EFULL: "Table capacity exceeds 2**31 - 1 items.",
+    FR_EBUSY: "Flush must be called before ApplyConfig.",
+    FR_EEXPIRED: "Column contains expired CellRef.",
+    FR_EEMPTY: "trajectory must not be empty.",
+    FR_ECORRUPT: "Stored chunk data is corrupt.",
+}
+
+_EXCEPTIONS = {
+    FR_EPRIORITY_NAN: errors.InvalidPriorityError,
+    FR_EPRIORITY_NEG: errors.InvalidPriorityError,
+    FR_EINVAL: errors.InvalidPriorityError,
+    FR_ETIMEOUT: errors.DeadlineExceededError,
+    FR_ECLOSED: errors.TableClosedError,
+    FR_ENOMEM: MemoryError,
+    FR_EFULL: OverflowError,
+    FR_EBUSY: errors.FailedPreconditionError,
+    FR_ECORRUPT: errors.DataLossError,
 }
 
 
-cdef int _raise_for_status(int rc, str context) except -1:
-    """Raise the exception for a negative fr_status; return 0 for FR_OK."""
+cdef int _raise_for_status(int rc, str context, str message=None) except -1:
+    """The one status -> exception translator: raise for a negative
+    fr_status (with ``message``, else the code's default text, followed by
+    ``context`` in parentheses); return 0 for FR_OK."""
     if rc == FR_OK:
         return 0
-    suffix = f" ({context})" if context else ""
-    if rc in _PRIORITY_MESSAGES:
-        raise errors.InvalidPriorityError(_PRIORITY_MESSAGES[rc] + suffix)
-    if rc == FR_ETIMEOUT:
-        raise errors.DeadlineExceededError(RATE_LIMITER_TIMEOUT_MESSAGE + suffix)
-    if rc == FR_ECLOSED:
-        raise errors.TableClosedError("Table is closed" + suffix)
-    if rc == FR_ENOMEM:
-        raise MemoryError("fastreplay core out of memory" + suffix)
-    if rc == FR_EFULL:
-        raise OverflowError("table capacity exceeds 2**31 - 1 items" + suffix)
-    raise RuntimeError(f"fastreplay core error {rc}{suffix}")
+    text = message if message is not None else _DEFAULT_MESSAGES.get(
+        rc, f"fastreplay core error {rc}.")
+    if context:
+        text = f"{text} ({context})"
+    raise _EXCEPTIONS.get(rc, errors.InvalidArgumentError)(text)
 
 
 cdef int64_t _timeout_ns(object timeout) except? -2:
@@ -146,3 +162,4 @@ def priority_weight(double priority, double exponent) -> float:
 
 
 include "_table.pxi"
+include "_writer.pxi"

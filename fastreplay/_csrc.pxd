@@ -1,6 +1,6 @@
 # Declarations of the C core, one block per header in csrc/, in header order.
 # This is the only place C is declared; _core.pyx cimports it.
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 
 cdef extern from "fr_common.h" nogil:
@@ -16,6 +16,32 @@ cdef extern from "fr_common.h" nogil:
         FR_ECLOSED
         FR_EEMPTY
         FR_EFULL
+        FR_EBUSY
+        FR_EEXPIRED
+        FR_EDTYPE
+        FR_ESHAPE
+        FR_EREPEATED
+        FR_ESQUEEZE
+        FR_ECORRUPT
+
+
+cdef extern from "chunk.h" nogil:
+    ctypedef int (*fr_lz4_compress_fn)(const char *src, char *dst, int src_size,
+                                      int dst_capacity) noexcept nogil
+    ctypedef int (*fr_lz4_decompress_fn)(const char *src, char *dst,
+                                        int compressed_size,
+                                        int dst_capacity) noexcept nogil
+    ctypedef int (*fr_lz4_bound_fn)(int input_size) noexcept nogil
+    void fr_codec_install(fr_lz4_compress_fn compress,
+                          fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound)
+    int fr_codec_available()
+
+    ctypedef struct fr_store:
+        pass
+    fr_store *fr_store_new()
+    void fr_store_retain(fr_store *s)
+    void fr_store_release(fr_store *s)
+    void fr_store_stats(fr_store *s, int64_t out[3])
 
 
 cdef extern from "rng.h" nogil:
@@ -126,3 +152,77 @@ cdef extern from "table.h" nogil:
     void fr_table_stats_get(fr_table *t, fr_table_stats *out)
     int fr_table_get(fr_table *t, uint64_t key, fr_item *out)
     int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap)
+
+
+cdef extern from "trajectory.h" nogil:
+    enum:
+        FR_MAX_NDIM
+    ctypedef struct fr_spec:
+        int32_t dtype
+        int32_t itemsize
+        int32_t ndim
+        int64_t shape[16]
+        int64_t row_bytes
+    ctypedef struct fr_traj_column:
+        fr_spec spec
+        int32_t first_slice
+        int32_t n_slices
+        int32_t length
+        int32_t squeeze
+    ctypedef struct fr_trajectory:
+        int32_t n_columns
+        int32_t n_slices
+        fr_traj_column *columns
+    void fr_trajectory_retain(fr_trajectory *t)
+    void fr_trajectory_release(fr_trajectory *t)
+    int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
+                                  void *scratch)
+    int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t)
+    void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
+    void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
+
+
+cdef extern from "column.h" nogil:
+    ctypedef struct fr_chunker_options:
+        int32_t max_chunk_length
+        int32_t num_keep_alive_refs
+        int32_t autotune
+        double throughput_weight
+    int fr_chunker_options_validate(const fr_chunker_options *o)
+    ctypedef struct fr_column:
+        int has_spec
+        fr_spec spec
+        int compress
+        fr_chunker_options opt
+        int32_t max_len
+        int32_t buf_rows
+
+
+cdef extern from "writer.h" nogil:
+    ctypedef struct fr_writer:
+        pass
+    fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
+                             fr_chunker_options default_opt)
+    void fr_writer_free(fr_writer *w)
+    int32_t fr_writer_add_column(fr_writer *w, const fr_chunker_options *opt)
+    int32_t fr_writer_num_columns(const fr_writer *w)
+    int fr_writer_configure(fr_writer *w, int32_t col, fr_chunker_options opt)
+    fr_column *fr_writer_column(fr_writer *w, int32_t col)
+    int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
+                         const void *const *rows, const fr_spec *specs,
+                         int partial, int32_t *bad)
+    int64_t fr_writer_history_len(const fr_writer *w)
+    int64_t fr_writer_episode_steps(const fr_writer *w)
+    int fr_writer_step_open(const fr_writer *w)
+    void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
+                            const int64_t *pos, int64_t *ids)
+    int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
+                              int32_t n_columns, const int32_t *lens,
+                              const uint8_t *squeeze, const int32_t *cols,
+                              const int64_t *ids, uint64_t *key,
+                              int32_t *bad_column, int32_t *bad_ref)
+    int64_t fr_writer_pending(fr_writer *w)
+    int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns)
+    int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns)
+    int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id)
+    int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst)

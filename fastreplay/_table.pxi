@@ -1,7 +1,72 @@
 # TableCore: the thread-safe item table of csrc/table.h.  Included by
 # _core.pyx (it shares the status translator and timeout helper).
 
-cdef fr_payload_ops _NO_PAYLOAD_OPS
+cdef fr_payload_ops _TRAJECTORY_OPS
+_TRAJECTORY_OPS.retain = fr_trajectory_payload_retain
+_TRAJECTORY_OPS.release = fr_trajectory_payload_release
+_TRAJECTORY_OPS.ctx = NULL
+
+
+cdef object _dtype_of(const fr_spec *spec):
+    return np.dtype(f"{chr(spec.dtype)}{spec.itemsize}")
+
+
+cdef tuple _shape_of(const fr_spec *spec):
+    return tuple([spec.shape[i] for i in range(spec.ndim)])
+
+
+cdef class SampledTrajectory:
+    """One reference to a sampled item's trajectory (chunk slices per
+    column); released when this object is freed."""
+
+    cdef fr_trajectory *_t
+
+    def __cinit__(self):
+        self._t = NULL
+
+    def __dealloc__(self):
+        if self._t != NULL:
+            fr_trajectory_release(self._t)
+
+    @staticmethod
+    cdef SampledTrajectory wrap(uint64_t payload):
+        cdef SampledTrajectory s = SampledTrajectory.__new__(SampledTrajectory)
+        s._t = <fr_trajectory *><size_t>payload
+        return s
+
+    @property
+    def num_columns(self) -> int:
+        return 0 if self._t == NULL else self._t.n_columns
+
+    def squeeze(self) -> list:
+        """Per column, whether it is squeezed."""
+        if self._t == NULL:
+            return []
+        return [bool(self._t.columns[c].squeeze) for c in range(self._t.n_columns)]
+
+    def columns(self) -> list:
+        """The trajectory's data: one numpy array per column, ``[T, *shape]``
+        (``shape`` for squeezed columns), decompressed and concatenated."""
+        if self._t == NULL:
+            return []
+        cdef int64_t scratch_n = fr_trajectory_scratch_bytes(self._t)
+        scratch = np.empty(max(scratch_n, 1), dtype=np.uint8)
+        cdef unsigned char[::1] sv = scratch
+        cdef unsigned char[::1] ov
+        cdef fr_traj_column *c
+        cdef int rc
+        out = []
+        for i in range(self._t.n_columns):
+            c = &self._t.columns[i]
+            shape = _shape_of(&c.spec)
+            arr = np.empty((c.length,) + shape, dtype=_dtype_of(&c.spec))
+            if arr.nbytes:
+                ov = arr.reshape(-1).view(np.uint8)
+                with nogil:
+                    rc = fr_trajectory_read_column(self._t, i, &ov[0], &sv[0])
+                _raise_for_status(rc, f"column {i}")
+            out.append(arr[0] if c.squeeze else arr)
+        return out
 
 
 cdef class TableCore:
@@ -34,7 +99,7 @@ cdef class TableCore:
         self.name = name
         self._t = fr_table_new(sampler_kind, sampler_exponent, remover_kind,
                                remover_exponent, max_size, max_times_sampled,
-                               rl, seed, _NO_PAYLOAD_OPS)
+                               rl, seed, _TRAJECTORY_OPS)
         if self._t == NULL:
             raise MemoryError(f"could not create table '{name}'")
 
@@ -97,12 +162,13 @@ cdef class TableCore:
             _raise_for_status(rc, self._ctx() + f", {done} of {n} inserted")
         return done
 
-    def sample(self, Py_ssize_t n, timeout=None):
+    def sample(self, Py_ssize_t n, timeout=None, bint with_data=False):
         """Sample up to n items under one lock acquisition.
 
         Returns ``(keys, probabilities, priorities, times_sampled,
-        table_sizes, payloads)`` as numpy arrays.  A timeout after at least
-        one sample returns the partial batch; with none it raises
+        table_sizes, trajectories)``: numpy arrays and, with ``with_data``, a
+        list of SampledTrajectory (else None).  A timeout after at least one
+        sample returns the partial batch; with none it raises
         DeadlineExceededError.
         """
         if n < 1:
@@ -113,7 +179,7 @@ cdef class TableCore:
         prios = np.empty(n, dtype=np.float64)
         times = np.empty(n, dtype=np.int64)
         sizes = np.empty(n, dtype=np.int64)
-        pays = np.empty(n, dtype=np.uint64)
+        pays = np.zeros(n if with_data else 1, dtype=np.uint64)
         cdef uint64_t[::1] kv = keys
         cdef double[::1] bv = probs
         cdef double[::1] qv = prios
@@ -122,15 +188,19 @@ cdef class TableCore:
         cdef uint64_t[::1] yv = pays
         cdef int64_t done = 0
         cdef int rc
+        cdef uint64_t *payloads = &yv[0] if with_data else NULL
         with nogil:
             rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0],
-                                 &tv[0], &sv[0], &yv[0], &done)
+                                 &tv[0], &sv[0], payloads, &done)
         if rc != FR_OK:
             _raise_for_status(rc, self._ctx())
+        data = None
+        if with_data:
+            data = [SampledTrajectory.wrap(yv[i]) for i in range(done)]
         if done < n:
             return (keys[:done], probs[:done], prios[:done], times[:done],
-                    sizes[:done], pays[:done])
-        return keys, probs, prios, times, sizes, pays
+                    sizes[:done], data)
+        return keys, probs, prios, times, sizes, data
 
     def mutate(self, update_keys, update_priorities, delete_keys) -> None:
         """Delete ``delete_keys``, then set priorities (unknown keys ignored).
@@ -194,7 +264,8 @@ cdef class TableCore:
         return it.key, it.priority, it.times_sampled, it.inserted_seq, it.payload
 
     def items(self):
-        """All items in insertion order as a numpy structured array."""
+        """All items in insertion order as a numpy structured array; the
+        ``payload`` field is an opaque handle (0 when the item has no data)."""
         dtype = np.dtype([("key", np.uint64), ("priority", np.float64),
                           ("times_sampled", np.int64),
                           ("inserted_seq", np.uint64), ("payload", np.uint64)])
@@ -212,9 +283,11 @@ cdef class TableCore:
             cap = n + 16
         try:
             out = np.empty(n, dtype=dtype)
-            for i in range(n):
-                out[i] = (buf[i].key, buf[i].priority, buf[i].times_sampled,
-                          buf[i].inserted_seq, buf[i].payload)
+            if n:
+                memcpy(<void *><size_t>out.ctypes.data,
+                       buf, n * sizeof(fr_item))
         finally:
+            for i in range(n):
+                fr_trajectory_payload_release(NULL, buf[i].payload)
             free(buf)
         return out

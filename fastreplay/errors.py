@@ -9,7 +9,9 @@ work.  ``DeadlineExceededError`` is a ``ReverbError`` exactly as in Reverb.
 from __future__ import annotations
 
 __all__ = [
+    "DataLossError",
     "DeadlineExceededError",
+    "FailedPreconditionError",
     "InvalidArgumentError",
     "InvalidPriorityError",
     "ReverbError",
@@ -38,3 +40,12 @@ class InvalidPriorityError(InvalidArgumentError):
 
 class TableClosedError(ReverbError, RuntimeError):
     """The table was closed while the call waited or before it started."""
+
+
+class FailedPreconditionError(ReverbError, RuntimeError):
+    """The object is not in a state that allows the call (e.g. reconfiguring
+    a chunker whose buffer is not empty, or a closed writer)."""
+
+
+class DataLossError(ReverbError, RuntimeError):
+    """Stored data failed to decode (corrupt chunk or checkpoint)."""

@@ -1,0 +1,130 @@
+#include "chunk.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static fr_lz4_compress_fn lz4_compress;
+static fr_lz4_decompress_fn lz4_decompress;
+static fr_lz4_bound_fn lz4_bound;
+
+void fr_codec_install(fr_lz4_compress_fn compress,
+                      fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound) {
+    if (compress && decompress && bound) {
+        lz4_compress = compress;
+        lz4_decompress = decompress;
+        lz4_bound = bound;
+    } else {
+        lz4_compress = NULL;
+        lz4_decompress = NULL;
+        lz4_bound = NULL;
+    }
+}
+
+int fr_codec_available(void) { return lz4_compress != NULL; }
+
+fr_store *fr_store_new(void) {
+    fr_store *s = calloc(1, sizeof *s);
+    if (s) atomic_init(&s->refs, 1);
+    return s;
+}
+
+void fr_store_retain(fr_store *s) {
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+void fr_store_release(fr_store *s) {
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+        free(s);
+}
+
+void fr_store_stats(fr_store *s, int64_t out[3]) {
+    out[0] = atomic_load(&s->live_chunks);
+    out[1] = atomic_load(&s->stored_bytes);
+    out[2] = atomic_load(&s->raw_bytes);
+}
+
+fr_chunk *fr_chunk_new(fr_store *store, uint64_t key, uint64_t episode_id,
+                       int64_t row_bytes) {
+    fr_chunk *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->ready, 0);
+    c->store = store;
+    fr_store_retain(store);
+    c->key = key;
+    c->episode_id = episode_id;
+    c->row_bytes = row_bytes;
+    return c;
+}
+
+void fr_chunk_release(fr_chunk *c) {
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
+        atomic_fetch_sub(&c->store->live_chunks, 1);
+        atomic_fetch_sub(&c->store->stored_bytes, c->stored_bytes);
+        atomic_fetch_sub(&c->store->raw_bytes, (int64_t)c->n_rows * c->row_bytes);
+    }
+    fr_store_release(c->store);
+    free(c->data);
+    free(c);
+}
+
+/* LZ4 block of `raw` into a fresh buffer, or NULL when it does not save at
+ * least 1/8 of the bytes (then the raw rows are kept). */
+static unsigned char *try_compress(const void *raw, int64_t n, int64_t *out_n) {
+    if (!lz4_compress || n <= 0 || n > 0x7E000000) return NULL;
+    int cap = lz4_bound((int)n);
+    unsigned char *buf = malloc((size_t)cap);
+    if (!buf) return NULL;
+    int got = lz4_compress(raw, (char *)buf, (int)n, cap);
+    if (got <= 0 || got > n - n / 8) {
+        free(buf);
+        return NULL;
+    }
+    unsigned char *shrunk = realloc(buf, (size_t)got);
+    *out_n = got;
+    return shrunk ? shrunk : buf;
+}
+
+int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
+                      int64_t first_step, int64_t last_step, int compress) {
+    int64_t raw_n = (int64_t)n_rows * c->row_bytes;
+    int64_t stored = raw_n;
+    unsigned char *data = compress ? try_compress(rows, raw_n, &stored) : NULL;
+    c->compressed = data != NULL;
+    if (!data) {
+        data = malloc(raw_n > 0 ? (size_t)raw_n : 1);
+        if (!data) return FR_ENOMEM;
+        memcpy(data, rows, (size_t)raw_n);
+        stored = raw_n;
+    }
+    c->data = data;
+    c->n_rows = n_rows;
+    c->stored_bytes = stored;
+    c->first_step = first_step;
+    c->last_step = last_step;
+    atomic_fetch_add(&c->store->live_chunks, 1);
+    atomic_fetch_add(&c->store->stored_bytes, stored);
+    atomic_fetch_add(&c->store->raw_bytes, raw_n);
+    atomic_store_explicit(&c->ready, 1, memory_order_release);
+    return FR_OK;
+}
+
+const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch) {
+    if (!c->compressed) return c->data;
+    int64_t raw_n = (int64_t)c->n_rows * c->row_bytes;
+    int got = lz4_decompress ? lz4_decompress((const char *)c->data, scratch,
+                                              (int)c->stored_bytes, (int)raw_n)
+                             : -1;
+    return got == raw_n ? scratch : NULL;
+}
+
+int fr_chunk_read(const fr_chunk *c, int32_t offset, int32_t length, void *dst,
+                  void *scratch) {
+    const unsigned char *rows = fr_chunk_rows(c, scratch);
+    if (!rows) return FR_ECORRUPT;
+    memcpy(dst, rows + (int64_t)offset * c->row_bytes,
+           (size_t)((int64_t)length * c->row_bytes));
+    return FR_OK;
+}

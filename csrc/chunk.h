@@ -1,0 +1,89 @@
+/* Chunks: consecutive cells of one column, stacked [n, *shape], immutable
+ * once finalized, optionally LZ4-compressed, reference counted.
+ *
+ * A chunk is created *open* when its column buffers the first cell; items may
+ * reference it (and retain it) from then on.  fr_chunk_finalize stores the
+ * rows, after which the chunk never changes and any thread may read it.  The
+ * last fr_chunk_release frees it and updates its store's accounting.
+ *
+ * Compression uses the LZ4 block API through function pointers installed
+ * once at import (fr_codec_install): the core links no LZ4 itself and never
+ * needs the GIL to (de)compress.  Without installed pointers chunks are kept
+ * raw.
+ */
+#ifndef FASTREPLAY_CHUNK_H
+#define FASTREPLAY_CHUNK_H
+
+#include <stdatomic.h>
+
+#include "fr_common.h"
+
+typedef int (*fr_lz4_compress_fn)(const char *src, char *dst, int src_size,
+                                  int dst_capacity);
+typedef int (*fr_lz4_decompress_fn)(const char *src, char *dst,
+                                    int compressed_size, int dst_capacity);
+typedef int (*fr_lz4_bound_fn)(int input_size);
+
+/* Install the LZ4 block functions (any may be NULL to disable compression).
+ * Call once, before any chunk is finalized. */
+void fr_codec_install(fr_lz4_compress_fn compress,
+                      fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound);
+/* Whether compression is available. */
+int fr_codec_available(void);
+
+/* Accounting shared by every chunk of one server (or standalone writer). */
+typedef struct fr_store {
+    atomic_int_fast64_t refs;
+    atomic_int_fast64_t live_chunks;
+    atomic_int_fast64_t stored_bytes; /* bytes held, compressed or raw */
+    atomic_int_fast64_t raw_bytes;    /* bytes the same rows take raw */
+} fr_store;
+
+fr_store *fr_store_new(void);
+void fr_store_retain(fr_store *s);
+void fr_store_release(fr_store *s);
+/* out = {live_chunks, stored_bytes, raw_bytes}. */
+void fr_store_stats(fr_store *s, int64_t out[3]);
+
+typedef struct fr_chunk {
+    atomic_int_fast64_t refs;
+    atomic_int ready;      /* 1 once finalized */
+    fr_store *store;
+    uint64_t key;
+    uint64_t episode_id;
+    int64_t first_step, last_step;
+    int64_t row_bytes;
+    int32_t n_rows;        /* rows stored (valid once ready) */
+    int32_t compressed;    /* data is an LZ4 block of n_rows * row_bytes */
+    int64_t stored_bytes;
+    unsigned char *data;
+} fr_chunk;
+
+/* A new open chunk with one reference.  NULL on allocation failure. */
+fr_chunk *fr_chunk_new(fr_store *store, uint64_t key, uint64_t episode_id,
+                       int64_t row_bytes);
+
+FR_INLINE void fr_chunk_retain(fr_chunk *c) {
+    atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
+
+/* Drop one reference; frees the chunk (and its data) at zero. */
+void fr_chunk_release(fr_chunk *c);
+
+/* Store n_rows rows (n_rows * row_bytes bytes at rows), compressing them when
+ * `compress` is set and it saves space, and mark the chunk ready.
+ * Returns FR_OK or FR_ENOMEM (the chunk stays open).  O(bytes). */
+int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
+                      int64_t first_step, int64_t last_step, int compress);
+
+/* Copy rows [offset, offset + length) of a ready chunk to dst.  A compressed
+ * chunk is decompressed whole into `scratch` (n_rows * row_bytes bytes)
+ * first.  Returns FR_OK or FR_ECORRUPT on undecodable data. */
+int fr_chunk_read(const fr_chunk *c, int32_t offset, int32_t length, void *dst,
+                  void *scratch);
+
+/* Pointer to the raw rows of a ready chunk: its own data when uncompressed,
+ * else `scratch` after decompressing into it.  NULL on corrupt data. */
+const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch);
+
+#endif /* FASTREPLAY_CHUNK_H */

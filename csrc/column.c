@@ -1,0 +1,262 @@
+#include "column.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows of at least this many bytes are LZ4-compressed when the chunk is
+ * finalized (and kept raw if that saves under 1/8).  Smaller rows -- scalar
+ * rewards, actions, short float vectors -- compress poorly and cost more
+ * time than they save; see README "Compression" for the measurements. */
+#define FR_COMPRESS_MIN_ROW_BYTES 256
+
+/* Per-chunk bookkeeping bytes added to chunk sizes when tuning, standing in
+ * for Reverb's proto overhead so that longer chunks amortise it. */
+#define FR_TUNE_CHUNK_OVERHEAD 64.0
+
+int fr_chunker_options_validate(const fr_chunker_options *o) {
+    if (o->num_keep_alive_refs <= 0) return FR_EINVAL;
+    if (!o->autotune && (o->max_chunk_length <= 0 ||
+                         o->max_chunk_length > o->num_keep_alive_refs))
+        return FR_EINVAL;
+    if (o->autotune && !(o->throughput_weight >= 0)) return FR_EINVAL;
+    return FR_OK;
+}
+
+static void tuner_init(fr_tuner *t) {
+    memset(t, 0, sizeof *t);
+    t->prev_len = t->prev_cost = -1.0;
+}
+
+void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt) {
+    memset(c, 0, sizeof *c);
+    c->store = store;
+    c->opt = opt;
+    c->max_len = opt.autotune ? 1 : opt.max_chunk_length;
+    tuner_init(&c->tuner);
+}
+
+static void drop_front(fr_column *c) {
+    fr_cell *cell = &c->cells[c->cells_base % c->cells_cap];
+    fr_chunk_release(cell->chunk);
+    c->cells_base++;
+    c->cells_len--;
+}
+
+void fr_column_free(fr_column *c) {
+    while (c->cells_len > 0) drop_front(c);
+    if (c->open) fr_chunk_release(c->open);
+    free(c->cells);
+    free(c->buf);
+    memset(c, 0, sizeof *c);
+}
+
+void fr_column_set_spec(fr_column *c, const fr_spec *spec) {
+    c->spec = *spec;
+    c->has_spec = 1;
+    c->compress = fr_codec_available() && spec->row_bytes >= FR_COMPRESS_MIN_ROW_BYTES;
+}
+
+/* Capacity of the open-chunk buffer: the longest chunk the options allow. */
+static int32_t buffer_rows(const fr_column *c) { return c->opt.num_keep_alive_refs; }
+
+int fr_column_finalize(fr_column *c) {
+    if (!c->open) return FR_OK;
+    int rc = fr_chunk_finalize(c->open, c->buf, c->buf_rows, c->open_first_step,
+                               c->open_last_step, c->compress);
+    if (rc != FR_OK) return rc;
+    fr_chunk_release(c->open);
+    c->open = NULL;
+    c->buf_rows = 0;
+    return FR_OK;
+}
+
+static int id_alive(const fr_column *c, int64_t id) {
+    int64_t window = c->n_appended - c->opt.num_keep_alive_refs;
+    return id >= c->alive_from && id >= window;
+}
+
+/* Forget records at the front that are out of the window and unpinned. */
+static void trim(fr_column *c) {
+    while (c->cells_len > 0) {
+        fr_cell *front = &c->cells[c->cells_base % c->cells_cap];
+        if (front->pins > 0 || id_alive(c, c->cells_base)) break;
+        drop_front(c);
+    }
+}
+
+static int push_cell(fr_column *c, fr_cell cell) {
+    if (c->cells_len == c->cells_cap) {
+        int64_t cap = c->cells_cap ? c->cells_cap * 2 : 16;
+        fr_cell *cells = malloc((size_t)cap * sizeof *cells);
+        if (!cells) return FR_ENOMEM;
+        for (int64_t i = 0; i < c->cells_len; i++)
+            cells[(c->cells_base + i) % cap] =
+                c->cells[(c->cells_base + i) % c->cells_cap];
+        free(c->cells);
+        c->cells = cells;
+        c->cells_cap = cap;
+    }
+    c->cells[(c->cells_base + c->cells_len) % c->cells_cap] = cell;
+    c->cells_len++;
+    return FR_OK;
+}
+
+int fr_column_append(fr_column *c, const void *row, int64_t hpos,
+                     uint64_t episode_id, int64_t step, fr_rng *rng) {
+    if (c->buf_cap < buffer_rows(c)) {
+        unsigned char *buf = realloc(c->buf, (size_t)buffer_rows(c) * c->spec.row_bytes);
+        if (!buf) return FR_ENOMEM;
+        c->buf = buf;
+        c->buf_cap = buffer_rows(c);
+    }
+    if (!c->open) {
+        c->open = fr_chunk_new(c->store, fr_rng_next(rng), episode_id, c->spec.row_bytes);
+        if (!c->open) return FR_ENOMEM;
+        c->open_first_step = step;
+    }
+    if (c->cells_len == 0) c->cells_base = c->n_appended;
+    fr_chunk_retain(c->open);
+    int rc = push_cell(c, (fr_cell){c->open, c->buf_rows, 0, hpos});
+    if (rc != FR_OK) {
+        fr_chunk_release(c->open);
+        return rc;
+    }
+    memcpy(c->buf + (int64_t)c->buf_rows * c->spec.row_bytes, row,
+           (size_t)c->spec.row_bytes);
+    c->buf_rows++;
+    c->open_last_step = step;
+    c->n_appended++;
+    if (c->buf_rows >= c->max_len) rc = fr_column_finalize(c);
+    trim(c);
+    return rc;
+}
+
+int fr_column_reset(fr_column *c) {
+    int pinned = 0;
+    for (int64_t i = 0; i < c->cells_len; i++) {
+        const fr_cell *cell = &c->cells[(c->cells_base + i) % c->cells_cap];
+        pinned |= cell->pins > 0 && cell->chunk == c->open;
+    }
+    if (pinned) {
+        int rc = fr_column_finalize(c);
+        if (rc != FR_OK) return rc;
+    } else if (c->open) {
+        fr_chunk_release(c->open);
+        c->open = NULL;
+        c->buf_rows = 0;
+    }
+    c->alive_from = c->n_appended;
+    trim(c);
+    return FR_OK;
+}
+
+int fr_column_configure(fr_column *c, fr_chunker_options opt) {
+    if (c->buf_rows > 0) return FR_EBUSY;
+    c->opt = opt;
+    c->max_len = opt.autotune ? 1 : opt.max_chunk_length;
+    tuner_init(&c->tuner);
+    trim(c);
+    return FR_OK;
+}
+
+fr_cell *fr_column_cell(fr_column *c, int64_t id) {
+    if (id < c->cells_base || id >= c->cells_base + c->cells_len) return NULL;
+    fr_cell *cell = &c->cells[id % c->cells_cap];
+    return cell->pins > 0 || id_alive(c, id) ? cell : NULL;
+}
+
+void fr_column_pin(fr_column *c, int64_t id, int delta) {
+    if (id < c->cells_base || id >= c->cells_base + c->cells_len) return;
+    c->cells[id % c->cells_cap].pins += delta;
+    if (delta < 0) trim(c);
+}
+
+int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch) {
+    fr_cell *cell = fr_column_cell(c, id);
+    if (!cell) return FR_EEXPIRED;
+    if (cell->chunk == c->open) {
+        memcpy(dst, c->buf + (int64_t)cell->offset * c->spec.row_bytes,
+               (size_t)c->spec.row_bytes);
+        return FR_OK;
+    }
+    return fr_chunk_read(cell->chunk, cell->offset, 1, dst, scratch) == FR_OK
+               ? FR_OK
+               : FR_ECORRUPT;
+}
+
+/* ---- auto-tuning (reverb-spec section 2.4) ---- */
+
+static double chunk_bytes(const fr_chunk *k) {
+    return (double)k->stored_bytes + FR_TUNE_CHUNK_OVERHEAD;
+}
+
+static void push_stat(double *len, double *bps, int *n, int cap, double l, double b) {
+    if (*n == cap) {
+        memmove(len, len + 1, (size_t)(cap - 1) * sizeof *len);
+        memmove(bps, bps + 1, (size_t)(cap - 1) * sizeof *bps);
+        (*n)--;
+    }
+    len[*n] = l;
+    bps[*n] = b;
+    (*n)++;
+}
+
+static double mean(const double *x, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s / n;
+}
+
+void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n) {
+    fr_tuner *t = &c->tuner;
+    if (!c->opt.autotune || n <= 0) return;
+    double rows = 0.0, bytes = 0.0;
+    int distinct = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int seen = 0;
+        for (int32_t j = 0; j < i; j++) seen |= chunks[j] == chunks[i];
+        if (seen) continue;
+        distinct++;
+        rows += chunks[i]->n_rows;
+        bytes += chunk_bytes(chunks[i]);
+        int known = 0;
+        for (int k = 0; k < t->n_chunks; k++) known |= t->chunk_key[k] == chunks[i]->key;
+        if (!known) {
+            if (t->n_chunks == FR_TUNE_CHUNKS)
+                memmove(t->chunk_key, t->chunk_key + 1,
+                        (FR_TUNE_CHUNKS - 1) * sizeof *t->chunk_key);
+            int slot = t->n_chunks < FR_TUNE_CHUNKS ? t->n_chunks : FR_TUNE_CHUNKS - 1;
+            t->chunk_key[slot] = chunks[i]->key;
+            push_stat(t->chunk_len, t->chunk_bps, &t->n_chunks, FR_TUNE_CHUNKS,
+                      chunks[i]->n_rows, chunk_bytes(chunks[i]) / chunks[i]->n_rows);
+        }
+    }
+    push_stat(t->item_len, t->item_bps, &t->n_items, FR_TUNE_ITEMS,
+              rows / distinct, bytes / n);
+    if (t->n_items < FR_TUNE_ITEMS || t->n_chunks < FR_TUNE_CHUNKS) return;
+
+    double avg_len = (mean(t->item_len, FR_TUNE_ITEMS) * FR_TUNE_ITEMS +
+                      mean(t->chunk_len, FR_TUNE_CHUNKS) * FR_TUNE_CHUNKS) /
+                     (FR_TUNE_ITEMS + FR_TUNE_CHUNKS);
+    double cost = mean(t->chunk_bps, FR_TUNE_CHUNKS) +
+                  c->opt.throughput_weight * mean(t->item_bps, FR_TUNE_ITEMS);
+    t->n_items = t->n_chunks = 0;
+    int32_t limit = c->opt.num_keep_alive_refs;
+    if (t->prev_len < 0) {
+        t->prev_len = avg_len;
+        t->prev_cost = cost;
+        c->max_len = c->max_len + 2 < limit ? c->max_len + 2 : limit;
+        return;
+    }
+    if (fabs(avg_len - c->max_len) > 0.25) return; /* not settled yet */
+    int step_up = (cost < t->prev_cost) == (avg_len > t->prev_len);
+    int32_t next = c->max_len + (step_up ? 2 : -1);
+    if (next < 1) next = 1;
+    if (next > limit) next = limit;
+    if (next != c->max_len) {
+        t->prev_len = avg_len;
+        t->prev_cost = cost;
+        c->max_len = next;
+    }
+}

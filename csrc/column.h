@@ -1,0 +1,106 @@
+/* Writer columns: Reverb's Chunker plus the bookkeeping of weak cell refs.
+ *
+ * A column buffers appended cells (rows of one dtype and shape) in an open
+ * chunk and finalizes it once it holds max_chunk_length rows (or when asked).
+ * Every appended cell gets an id (0, 1, 2, ... per column).  A cell is alive
+ * while it is among the last num_keep_alive_refs cells appended since the last
+ * reset, or while a pending item pins it; records of alive cells map the id
+ * to (chunk, offset).  Each record retains its chunk, so chunks live while a
+ * cell in them is alive or an item references them.
+ *
+ * AutoTuned columns adjust max_chunk_length within [1, num_keep_alive_refs]
+ * with Reverb's algorithm (reverb-spec section 2.4), fed by
+ * fr_column_on_item for every item leaving the writer.
+ *
+ * Not thread-safe: the owning writer serializes access.
+ */
+#ifndef FASTREPLAY_COLUMN_H
+#define FASTREPLAY_COLUMN_H
+
+#include "chunk.h"
+#include "rng.h"
+#include "trajectory.h"
+
+typedef struct fr_chunker_options {
+    int32_t max_chunk_length;    /* constant length; ignored when autotune */
+    int32_t num_keep_alive_refs;
+    int32_t autotune;
+    double throughput_weight;
+} fr_chunker_options;
+
+/* FR_OK, or FR_EINVAL for Reverb's ValidateChunkerOptions failures. */
+int fr_chunker_options_validate(const fr_chunker_options *o);
+
+#define FR_TUNE_ITEMS 10
+#define FR_TUNE_CHUNKS 5
+
+typedef struct fr_tuner {
+    double item_len[FR_TUNE_ITEMS], item_bps[FR_TUNE_ITEMS];
+    double chunk_len[FR_TUNE_CHUNKS], chunk_bps[FR_TUNE_CHUNKS];
+    uint64_t chunk_key[FR_TUNE_CHUNKS];
+    int n_items, n_chunks;
+    double prev_len, prev_cost; /* -1 before the first score */
+} fr_tuner;
+
+typedef struct fr_cell {
+    fr_chunk *chunk; /* retained */
+    int32_t offset;
+    int32_t pins;    /* pending items holding this cell */
+    int64_t hpos;    /* history position (step since the last clear) */
+} fr_cell;
+
+typedef struct fr_column {
+    int has_spec;
+    fr_spec spec;
+    int compress;
+    fr_chunker_options opt;
+    int32_t max_len; /* current max chunk length */
+    fr_tuner tuner;
+    fr_store *store;
+    fr_chunk *open;  /* retained; NULL when the buffer is empty */
+    unsigned char *buf;
+    int32_t buf_rows, buf_cap;
+    int64_t open_first_step, open_last_step;
+    fr_cell *cells;  /* ring of records for ids [cells_base, cells_base+cells_len) */
+    int64_t cells_cap, cells_base, cells_len;
+    int64_t n_appended;
+    int64_t alive_from; /* ids below this were cleared by a reset */
+} fr_column;
+
+void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt);
+void fr_column_free(fr_column *c);
+
+/* Set the spec on the first value; decides compression (rule in column.c). */
+void fr_column_set_spec(fr_column *c, const fr_spec *spec);
+
+/* Append one row (spec already checked) as cell `hpos` of episode
+ * `episode_id`, step `step`; new chunks take keys from rng.  Finalizes the
+ * chunk when full and forgets cells that left the keep-alive window.
+ * FR_OK or FR_ENOMEM. */
+int fr_column_append(fr_column *c, const void *row, int64_t hpos,
+                     uint64_t episode_id, int64_t step, fr_rng *rng);
+
+/* Finalize the open chunk, if any.  FR_OK or FR_ENOMEM. */
+int fr_column_finalize(fr_column *c);
+
+/* End of episode with clear_buffers: drop the open rows (finalizing them
+ * instead if a pending item pins one) and expire every cell. */
+int fr_column_reset(fr_column *c);
+
+/* Change options; requires an empty buffer (FR_EBUSY otherwise). */
+int fr_column_configure(fr_column *c, fr_chunker_options opt);
+
+/* Record of an alive cell, or NULL when `id` is expired or unknown. */
+fr_cell *fr_column_cell(fr_column *c, int64_t id);
+
+/* Pin / unpin an alive cell for a pending item. */
+void fr_column_pin(fr_column *c, int64_t id, int delta);
+
+/* Copy the row of alive cell `id` into dst; scratch holds one raw chunk. */
+int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch);
+
+/* Auto-tuning feedback: the item used n refs of this column, whose chunks
+ * (all finalized) are chunks[0..n). */
+void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n);
+
+#endif /* FASTREPLAY_COLUMN_H */

@@ -1,0 +1,90 @@
+#include "trajectory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int fr_spec_equal(const fr_spec *a, const fr_spec *b) {
+    if (a->dtype != b->dtype || a->itemsize != b->itemsize || a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices) {
+    size_t size = sizeof(fr_trajectory) + (size_t)n_columns * sizeof(fr_traj_column) +
+                  (size_t)max_slices * sizeof(fr_slice);
+    fr_trajectory *t = calloc(1, size);
+    if (!t) return NULL;
+    atomic_init(&t->refs, 1);
+    t->n_columns = n_columns;
+    t->columns = (fr_traj_column *)(t + 1);
+    t->slices = (fr_slice *)(t->columns + n_columns);
+    for (int32_t c = 0; c < n_columns; c++) t->columns[c].first_slice = -1;
+    return t;
+}
+
+void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                            int32_t offset) {
+    fr_traj_column *c = &t->columns[col];
+    if (c->first_slice < 0) c->first_slice = t->n_slices;
+    if (c->n_slices > 0) {
+        fr_slice *last = &t->slices[t->n_slices - 1];
+        if (last->chunk == chunk && last->offset + last->length == offset) {
+            last->length++;
+            c->length++;
+            return;
+        }
+    }
+    fr_chunk_retain(chunk);
+    t->slices[t->n_slices++] = (fr_slice){chunk, offset, 1};
+    c->n_slices++;
+    c->length++;
+}
+
+void fr_trajectory_release(fr_trajectory *t) {
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (int32_t i = 0; i < t->n_slices; i++) fr_chunk_release(t->slices[i].chunk);
+    free(t);
+}
+
+int fr_trajectory_ready(const fr_trajectory *t) {
+    for (int32_t i = 0; i < t->n_slices; i++)
+        if (!atomic_load_explicit(&t->slices[i].chunk->ready, memory_order_acquire))
+            return 0;
+    return 1;
+}
+
+int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
+                              void *scratch) {
+    const fr_traj_column *c = &t->columns[col];
+    unsigned char *out = dst;
+    for (int32_t i = 0; i < c->n_slices; i++) {
+        const fr_slice *s = &t->slices[c->first_slice + i];
+        int rc = fr_chunk_read(s->chunk, s->offset, s->length, out, scratch);
+        if (rc != FR_OK) return rc;
+        out += (int64_t)s->length * s->chunk->row_bytes;
+    }
+    return FR_OK;
+}
+
+int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t) {
+    int64_t most = 0;
+    for (int32_t i = 0; i < t->n_slices; i++) {
+        const fr_chunk *c = t->slices[i].chunk;
+        int64_t n = c->compressed ? (int64_t)c->n_rows * c->row_bytes : 0;
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+void fr_trajectory_payload_retain(void *ctx, uint64_t payload) {
+    (void)ctx;
+    if (payload) fr_trajectory_retain((fr_trajectory *)(uintptr_t)payload);
+}
+
+void fr_trajectory_payload_release(void *ctx, uint64_t payload) {
+    (void)ctx;
+    if (payload) fr_trajectory_release((fr_trajectory *)(uintptr_t)payload);
+}

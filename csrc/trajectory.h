@@ -1,0 +1,86 @@
+/* Trajectories: an item's data as, per output column, a list of chunk slices
+ * (chunk, offset, length) plus a squeeze flag and the column's spec.
+ *
+ * A trajectory retains every chunk it references and is itself reference
+ * counted: the table holds one reference per item (as its payload) and
+ * sampling hands out more.  Immutable after construction, so any thread may
+ * read it.
+ */
+#ifndef FASTREPLAY_TRAJECTORY_H
+#define FASTREPLAY_TRAJECTORY_H
+
+#include "chunk.h"
+#include "fr_common.h"
+
+#define FR_MAX_NDIM 16
+
+/* dtype and shape of one cell.  `dtype` is numpy's type character code. */
+typedef struct fr_spec {
+    int32_t dtype;
+    int32_t itemsize;
+    int32_t ndim;
+    int64_t shape[FR_MAX_NDIM];
+    int64_t row_bytes;
+} fr_spec;
+
+/* 1 if a and b have the same dtype and shape. */
+int fr_spec_equal(const fr_spec *a, const fr_spec *b);
+
+typedef struct fr_slice {
+    fr_chunk *chunk;
+    int32_t offset;
+    int32_t length;
+} fr_slice;
+
+typedef struct fr_traj_column {
+    fr_spec spec;
+    int32_t first_slice;
+    int32_t n_slices;
+    int32_t length; /* rows over all slices */
+    int32_t squeeze;
+} fr_traj_column;
+
+typedef struct fr_trajectory {
+    atomic_int_fast64_t refs;
+    int32_t n_columns;
+    int32_t n_slices;
+    fr_traj_column *columns; /* same allocation as the struct */
+    fr_slice *slices;
+} fr_trajectory;
+
+/* Allocate a trajectory with room for n_columns columns and at most
+ * max_slices slices (one reference, zero slices used).  NULL on failure. */
+fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices);
+
+/* Append one row of `chunk` to column `col` (columns are filled in order):
+ * extends the last slice when it is the same chunk and the row is the next
+ * one, else starts a new slice and retains the chunk.  Only contiguous rows
+ * are merged (Reverb merged any rows of one chunk, reading wrong data). */
+void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                            int32_t offset);
+
+FR_INLINE void fr_trajectory_retain(fr_trajectory *t) {
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+/* Drop one reference; at zero release every chunk and free. */
+void fr_trajectory_release(fr_trajectory *t);
+
+/* 1 when every referenced chunk is finalized. */
+int fr_trajectory_ready(const fr_trajectory *t);
+
+/* Copy column `col` ([length, *shape] rows, contiguous) into dst, which must
+ * hold length * row_bytes bytes; `scratch` must hold the largest referenced
+ * chunk's raw bytes (fr_trajectory_scratch_bytes).  FR_OK or FR_EINVAL. */
+int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
+                              void *scratch);
+
+/* fr_payload_ops hooks for tables whose payloads are trajectories (0 is no
+ * trajectory). */
+void fr_trajectory_payload_retain(void *ctx, uint64_t payload);
+void fr_trajectory_payload_release(void *ctx, uint64_t payload);
+
+/* Raw size of the largest chunk the trajectory references. */
+int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t);
+
+#endif /* FASTREPLAY_TRAJECTORY_H */

@@ -1,0 +1,334 @@
+#include "writer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fr_pending_item {
+    uint64_t key;
+    double priority;
+    fr_table *table;
+    fr_trajectory *traj;
+    int32_t n_refs;
+    int32_t *cols; /* the item's refs, pinned while queued */
+    int64_t *ids;
+} fr_pending_item;
+
+struct fr_writer {
+    fr_store *store;
+    fr_sync *sync;
+    fr_rng rng;
+    fr_chunker_options default_opt;
+    fr_column *cols;
+    int64_t *last_set; /* per column: history position last written */
+    int32_t n_cols, cap_cols;
+    uint64_t episode_id;
+    int64_t episode_steps;
+    int64_t hlen; /* closed steps since the last clear */
+    int step_open;
+    fr_pending_item *queue;
+    int64_t q_head, q_len, q_cap;
+    unsigned char *scratch;
+    int64_t scratch_cap;
+    int status; /* unrecoverable error from handing an item to its table */
+};
+
+fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
+                         fr_chunker_options default_opt) {
+    fr_writer *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->sync = fr_sync_new();
+    if (!w->sync) {
+        free(w);
+        return NULL;
+    }
+    w->store = store;
+    fr_store_retain(store);
+    fr_rng_seed(&w->rng, seed);
+    w->default_opt = default_opt;
+    w->episode_id = fr_rng_next(&w->rng);
+    return w;
+}
+
+static fr_pending_item *q_at(fr_writer *w, int64_t i) {
+    return &w->queue[(w->q_head + i) % w->q_cap];
+}
+
+static void unpin(fr_writer *w, fr_pending_item *it) {
+    for (int32_t k = 0; k < it->n_refs; k++)
+        fr_column_pin(&w->cols[it->cols[k]], it->ids[k], -1);
+}
+
+static void q_pop(fr_writer *w) {
+    fr_pending_item *it = q_at(w, 0);
+    free(it->cols);
+    free(it->ids);
+    w->q_head = (w->q_head + 1) % w->q_cap;
+    w->q_len--;
+}
+
+void fr_writer_free(fr_writer *w) {
+    if (!w) return;
+    while (w->q_len > 0) {
+        fr_pending_item *it = q_at(w, 0);
+        unpin(w, it);
+        fr_trajectory_release(it->traj);
+        q_pop(w);
+    }
+    for (int32_t c = 0; c < w->n_cols; c++) fr_column_free(&w->cols[c]);
+    free(w->cols);
+    free(w->last_set);
+    free(w->queue);
+    free(w->scratch);
+    fr_sync_release(w->sync);
+    fr_store_release(w->store);
+    free(w);
+}
+
+int32_t fr_writer_add_column(fr_writer *w, const fr_chunker_options *opt) {
+    if (w->n_cols == w->cap_cols) {
+        int32_t cap = w->cap_cols ? w->cap_cols * 2 : 8;
+        fr_column *cols = realloc(w->cols, (size_t)cap * sizeof *cols);
+        if (!cols) return FR_ENOMEM;
+        w->cols = cols;
+        int64_t *last = realloc(w->last_set, (size_t)cap * sizeof *last);
+        if (!last) return FR_ENOMEM;
+        w->last_set = last;
+        w->cap_cols = cap;
+    }
+    fr_column_init(&w->cols[w->n_cols], w->store, opt ? *opt : w->default_opt);
+    w->last_set[w->n_cols] = -1;
+    return w->n_cols++;
+}
+
+int32_t fr_writer_num_columns(const fr_writer *w) { return w->n_cols; }
+
+fr_column *fr_writer_column(fr_writer *w, int32_t col) { return &w->cols[col]; }
+
+int fr_writer_configure(fr_writer *w, int32_t col, fr_chunker_options opt) {
+    return fr_column_configure(&w->cols[col], opt);
+}
+
+int64_t fr_writer_history_len(const fr_writer *w) { return w->hlen + w->step_open; }
+int64_t fr_writer_episode_steps(const fr_writer *w) { return w->episode_steps; }
+int fr_writer_step_open(const fr_writer *w) { return w->step_open; }
+
+/* Hand ready items at the head of the queue to their tables, in order. */
+static void pump(fr_writer *w) {
+    fr_chunk *chunks[64];
+    while (w->q_len > 0 && w->status == FR_OK) {
+        fr_pending_item *it = q_at(w, 0);
+        if (!fr_trajectory_ready(it->traj)) return;
+        /* Tuning feedback per writer column, with that column's chunks. */
+        for (int32_t k = 0; k < it->n_refs; k++) {
+            int32_t col = it->cols[k], n = 0, first = 1;
+            for (int32_t j = 0; j < k; j++) first &= it->cols[j] != col;
+            if (!first) continue;
+            for (int32_t j = k; j < it->n_refs && n < 64; j++) {
+                if (it->cols[j] != col) continue;
+                fr_cell *cell = fr_column_cell(&w->cols[col], it->ids[j]);
+                if (cell) chunks[n++] = cell->chunk;
+            }
+            fr_column_on_item(&w->cols[col], chunks, n);
+        }
+        unpin(w, it);
+        int rc = fr_table_insert_async(it->table, it->key, it->priority,
+                                       (uint64_t)(uintptr_t)it->traj, w->sync);
+        if (rc != FR_OK) {
+            fr_trajectory_release(it->traj);
+            w->status = rc;
+        }
+        q_pop(w);
+    }
+}
+
+int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
+                     const void *const *rows, const fr_spec *specs,
+                     int partial, int32_t *bad) {
+    if (w->status != FR_OK) return w->status;
+    for (int32_t i = 0; i < n; i++) {
+        fr_column *c = &w->cols[cols[i]];
+        *bad = i;
+        if (c->has_spec && c->spec.dtype != specs[i].dtype) return FR_EDTYPE;
+        if (c->has_spec && !fr_spec_equal(&c->spec, &specs[i])) return FR_ESHAPE;
+        if (w->step_open && w->last_set[cols[i]] == w->hlen) return FR_EREPEATED;
+    }
+    *bad = -1;
+    int64_t step = w->episode_steps;
+    for (int32_t i = 0; i < n; i++) {
+        fr_column *c = &w->cols[cols[i]];
+        if (!c->has_spec) fr_column_set_spec(c, &specs[i]);
+        int rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
+        if (rc != FR_OK) return rc;
+        w->last_set[cols[i]] = w->hlen;
+    }
+    if (partial) {
+        w->step_open = 1;
+    } else {
+        w->step_open = 0;
+        w->hlen++;
+        w->episode_steps++;
+    }
+    pump(w);
+    return FR_OK;
+}
+
+void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
+                        const int64_t *pos, int64_t *ids) {
+    fr_column *c = &w->cols[col];
+    for (int64_t i = 0; i < n; i++) {
+        /* Records are ordered by id and by history position: bisect. */
+        int64_t lo = c->cells_base, hi = c->cells_base + c->cells_len;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (c->cells[mid % c->cells_cap].hpos < pos[i]) lo = mid + 1;
+            else hi = mid;
+        }
+        int found = lo < c->cells_base + c->cells_len &&
+                    c->cells[lo % c->cells_cap].hpos == pos[i] &&
+                    fr_column_cell(c, lo) != NULL;
+        ids[i] = found ? lo : -1;
+    }
+}
+
+static int check_column(fr_writer *w, int32_t len, int squeeze,
+                        const int32_t *cols, const int64_t *ids, int32_t *bad_ref) {
+    for (int32_t k = 0; k < len; k++) {
+        *bad_ref = k;
+        if (cols[k] < 0 || cols[k] >= w->n_cols ||
+            !fr_column_cell(&w->cols[cols[k]], ids[k]))
+            return FR_EEXPIRED;
+    }
+    *bad_ref = len;
+    if (squeeze && len != 1) return FR_ESQUEEZE;
+    const fr_spec *first = len ? &w->cols[cols[0]].spec : NULL;
+    for (int32_t k = 1; k < len; k++) {
+        const fr_spec *s = &w->cols[cols[k]].spec;
+        *bad_ref = k;
+        if (s->dtype != first->dtype || s->itemsize != first->itemsize)
+            return FR_EDTYPE;
+        if (!fr_spec_equal(s, first)) return FR_ESHAPE;
+    }
+    *bad_ref = -1;
+    return FR_OK;
+}
+
+static int q_push(fr_writer *w, fr_pending_item it) {
+    if (w->q_len == w->q_cap) {
+        int64_t cap = w->q_cap ? w->q_cap * 2 : 16;
+        fr_pending_item *q = malloc((size_t)cap * sizeof *q);
+        if (!q) return FR_ENOMEM;
+        for (int64_t i = 0; i < w->q_len; i++) q[i] = *q_at(w, i);
+        free(w->queue);
+        w->queue = q;
+        w->q_head = 0;
+        w->q_cap = cap;
+    }
+    w->queue[(w->q_head + w->q_len) % w->q_cap] = it;
+    w->q_len++;
+    return FR_OK;
+}
+
+int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
+                          int32_t n_columns, const int32_t *lens,
+                          const uint8_t *squeeze, const int32_t *cols,
+                          const int64_t *ids, uint64_t *key,
+                          int32_t *bad_column, int32_t *bad_ref) {
+    *bad_column = *bad_ref = -1;
+    int32_t total = 0;
+    for (int32_t c = 0; c < n_columns; c++) total += lens[c];
+    if (total == 0) return FR_EEMPTY;
+    if (isnan(priority)) return FR_EPRIORITY_NAN;
+    int rc = fr_table_check_priority(table, priority);
+    if (rc != FR_OK) return rc;
+    if (w->status != FR_OK) return w->status;
+    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
+        *bad_column = c;
+        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, bad_ref);
+        if (rc != FR_OK) return rc;
+    }
+    *bad_column = -1;
+    fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
+                          malloc((size_t)total * sizeof(int32_t)),
+                          malloc((size_t)total * sizeof(int64_t))};
+    it.traj = fr_trajectory_new(n_columns, total);
+    if (!it.cols || !it.ids || !it.traj) goto oom;
+    memcpy(it.cols, cols, (size_t)total * sizeof *cols);
+    memcpy(it.ids, ids, (size_t)total * sizeof *ids);
+    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
+        fr_traj_column *tc = &it.traj->columns[c];
+        tc->squeeze = squeeze[c];
+        if (lens[c] > 0) tc->spec = w->cols[cols[at]].spec;
+        for (int32_t k = at; k < at + lens[c]; k++) {
+            fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
+            fr_trajectory_push_row(it.traj, c, cell->chunk, cell->offset);
+        }
+    }
+    if (q_push(w, it) != FR_OK) goto oom;
+    for (int32_t k = 0; k < total; k++) fr_column_pin(&w->cols[cols[k]], ids[k], +1);
+    *key = it.key;
+    pump(w);
+    return FR_OK;
+oom:
+    free(it.cols);
+    free(it.ids);
+    if (it.traj) fr_trajectory_release(it.traj);
+    return FR_ENOMEM;
+}
+
+int64_t fr_writer_pending(fr_writer *w) { return w->q_len + fr_sync_pending(w->sync); }
+
+int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
+    if (w->status != FR_OK) return w->status;
+    for (int64_t i = 0; i < w->q_len - ignore_last; i++) {
+        fr_pending_item *it = q_at(w, i);
+        for (int32_t k = 0; k < it->n_refs; k++) {
+            fr_column *c = &w->cols[it->cols[k]];
+            fr_cell *cell = fr_column_cell(c, it->ids[k]);
+            if (cell && cell->chunk == c->open) {
+                int rc = fr_column_finalize(c);
+                if (rc != FR_OK) return rc;
+            }
+        }
+    }
+    pump(w);
+    if (w->status != FR_OK) return w->status;
+    int64_t allowed = ignore_last - w->q_len;
+    return fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);
+}
+
+int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns) {
+    int rc = fr_writer_flush(w, 0, timeout_ns);
+    if (rc != FR_OK && rc != FR_ETIMEOUT) return rc;
+    for (int32_t c = 0; c < w->n_cols; c++) {
+        int rc2 = clear_buffers ? fr_column_reset(&w->cols[c])
+                                : fr_column_finalize(&w->cols[c]);
+        if (rc2 != FR_OK) return rc2;
+        if (clear_buffers) w->last_set[c] = -1;
+    }
+    w->episode_id = fr_rng_next(&w->rng);
+    w->episode_steps = 0;
+    w->step_open = 0;
+    if (clear_buffers) w->hlen = 0;
+    return rc;
+}
+
+int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id) {
+    return col >= 0 && col < w->n_cols && fr_column_cell(&w->cols[col], id) != NULL;
+}
+
+int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst) {
+    fr_column *c = &w->cols[col];
+    fr_cell *cell = fr_column_cell(c, id);
+    if (!cell) return FR_EEXPIRED;
+    int64_t need = cell->chunk->compressed
+                       ? (int64_t)cell->chunk->n_rows * cell->chunk->row_bytes
+                       : 0;
+    if (need > w->scratch_cap) {
+        unsigned char *s = realloc(w->scratch, (size_t)need);
+        if (!s) return FR_ENOMEM;
+        w->scratch = s;
+        w->scratch_cap = need;
+    }
+    return fr_column_read(c, id, dst, w->scratch);
+}

@@ -1,0 +1,355 @@
+# ChunkStore and WriterCore: the compiled side of TrajectoryWriter
+# (csrc/chunk.h, column.h, writer.h).  Included by _core.pyx.
+
+from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
+
+# numpy kind+itemsize -> Reverb's (TensorFlow's) dtype names, for messages.
+_TF_NAMES = {"f8": "double", "f4": "float", "f2": "half", "b1": "bool",
+             "c8": "complex64", "c16": "complex128"}
+_SUPPORTED_KINDS = "biufc"
+_SCALAR_SPECS = {float: ("f", 8), int: ("i", 8), bool: ("b", 1)}
+
+
+def _install_lz4() -> bool:
+    """Point the core at the LZ4 block functions of the ``lz4`` package's
+    extension (its exported C symbols), so chunks are (de)compressed in C
+    without the GIL.  Returns False (chunks stay raw) where they are not
+    exported."""
+    import ctypes
+
+    try:
+        import lz4.block._block as block
+
+        lib = ctypes.CDLL(block.__file__)
+        fns = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in
+               ("LZ4_compress_default", "LZ4_decompress_safe", "LZ4_compressBound")]
+    except (ImportError, OSError, AttributeError):
+        return False
+    cdef size_t c = fns[0], d = fns[1], b = fns[2]
+    fr_codec_install(<fr_lz4_compress_fn>c, <fr_lz4_decompress_fn>d,
+                     <fr_lz4_bound_fn>b)
+    return bool(fr_codec_available())
+
+
+LZ4_AVAILABLE = _install_lz4()
+
+
+def dtype_name(dtype) -> str:
+    """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
+    dt = np.dtype(dtype)
+    return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
+
+
+cdef class ChunkStore:
+    """Accounting shared by the chunks of the writers that use it: live
+    chunks, bytes stored (compressed or raw) and the bytes they hold raw."""
+
+    cdef fr_store *_s
+
+    def __cinit__(self):
+        self._s = fr_store_new()
+        if self._s == NULL:
+            raise MemoryError()
+
+    def __init__(self) -> None:
+        pass
+
+    def __dealloc__(self):
+        if self._s != NULL:
+            fr_store_release(self._s)
+
+    def stats(self) -> dict:
+        cdef int64_t out[3]
+        fr_store_stats(self._s, out)
+        return {"live_chunks": out[0], "stored_bytes": out[1], "raw_bytes": out[2]}
+
+
+cdef int _options(fr_chunker_options *o, int32_t keep_alive, object max_len,
+                  double throughput_weight) except -1:
+    o.num_keep_alive_refs = keep_alive
+    o.autotune = max_len is None
+    o.max_chunk_length = 0 if max_len is None else max_len
+    o.throughput_weight = throughput_weight
+    if fr_chunker_options_validate(o) != FR_OK:
+        raise ValueError(
+            f"invalid chunker options: num_keep_alive_refs={keep_alive}, "
+            f"max_chunk_length={max_len}")
+    return 0
+
+
+cdef inline str _shape_str(shape):
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+cdef class WriterCore:
+    """WriterCore(store, seed, num_keep_alive_refs, max_chunk_length=None, throughput_weight=1.0)
+
+    One writer's columns, cells, queued items and episode.  Columns are
+    addressed by index; ``paths`` name them in error messages.
+    """
+
+    cdef fr_writer *_w
+    cdef readonly ChunkStore store
+    cdef list _paths
+
+    def __cinit__(self, *args, **kwargs):
+        self._w = NULL
+
+    def __init__(self, ChunkStore store, uint64_t seed, int32_t num_keep_alive_refs,
+                 max_chunk_length=None, double throughput_weight=1.0) -> None:
+        cdef fr_chunker_options o
+        _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
+        self.store = store
+        self._paths = []
+        self._w = fr_writer_new(store._s, seed, o)
+        if self._w == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self._w != NULL:
+            fr_writer_free(self._w)
+
+    def add_column(self, str path, num_keep_alive_refs=None, max_chunk_length=None,
+                   double throughput_weight=1.0) -> int:
+        """Add a column named ``path`` (for messages); options default to the
+        writer's.  Returns its index."""
+        cdef fr_chunker_options o
+        cdef int32_t col
+        if num_keep_alive_refs is None:
+            col = fr_writer_add_column(self._w, NULL)
+        else:
+            _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
+            col = fr_writer_add_column(self._w, &o)
+        if col < 0:
+            _raise_for_status(col, path)
+        self._paths.append(path)
+        return col
+
+    def configure(self, int32_t col, int32_t num_keep_alive_refs, max_chunk_length,
+                  double throughput_weight=1.0) -> None:
+        cdef fr_chunker_options o
+        _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
+        _raise_for_status(fr_writer_configure(self._w, col, o),
+                          f"column {self._paths[col]}")
+
+    def column_info(self, int32_t col) -> dict:
+        """Spec (dtype, shape or None), options and current chunk length."""
+        cdef fr_column *c = fr_writer_column(self._w, col)
+        return {
+            "dtype": _dtype_of(&c.spec) if c.has_spec else None,
+            "shape": _shape_of(&c.spec) if c.has_spec else None,
+            "compress": bool(c.compress),
+            "num_keep_alive_refs": c.opt.num_keep_alive_refs,
+            "autotune": bool(c.opt.autotune),
+            "max_chunk_length": c.max_len,
+            "buffered": c.buf_rows,
+        }
+
+    @property
+    def history_len(self) -> int:
+        return fr_writer_history_len(self._w)
+
+    @property
+    def episode_steps(self) -> int:
+        return fr_writer_episode_steps(self._w)
+
+    @property
+    def step_open(self) -> bool:
+        return bool(fr_writer_step_open(self._w))
+
+    def append(self, list cols, list values, bint partial) -> None:
+        """Append one (partial) step: values[i] (not None) for column cols[i].
+
+        Validates every value (dtype, shape, repeated column) before writing
+        anything; the copy into chunk buffers and any compression run without
+        the GIL.
+        """
+        cdef Py_ssize_t n = len(cols), i, d
+        cdef int32_t *cidx = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        cdef const void **rows = <const void **>malloc(max(n, 1) * sizeof(void *))
+        cdef fr_spec *specs = <fr_spec *>malloc(max(n, 1) * sizeof(fr_spec))
+        cdef Py_buffer *views = <Py_buffer *>malloc(max(n, 1) * sizeof(Py_buffer))
+        cdef Py_ssize_t n_views = 0
+        cdef int32_t bad = -1
+        cdef int rc = FR_OK
+        cdef object arr
+        if not cidx or not rows or not specs or not views:
+            free(cidx); free(rows); free(specs); free(views)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                cidx[i] = cols[i]
+                arr = values[i]
+                spec = _SCALAR_SPECS.get(type(arr))
+                if spec is None or type(arr) is not np.ndarray:
+                    arr = np.asarray(arr)
+                    if not arr.dtype.isnative:
+                        arr = arr.astype(arr.dtype.newbyteorder("="))
+                kind = arr.dtype.kind
+                if kind not in _SUPPORTED_KINDS:
+                    raise TypeError(
+                        f"Unsupported dtype {arr.dtype} for column "
+                        f"{self._paths[cidx[i]]}: fastreplay stores numeric and "
+                        "bool arrays only")
+                if arr.ndim > FR_MAX_NDIM:
+                    raise ValueError(f"column {self._paths[cidx[i]]}: more than "
+                                     f"{FR_MAX_NDIM} dimensions")
+                specs[i].dtype = ord(kind)
+                specs[i].itemsize = arr.dtype.itemsize
+                specs[i].ndim = arr.ndim
+                for d in range(arr.ndim):
+                    specs[i].shape[d] = arr.shape[d]
+                specs[i].row_bytes = arr.nbytes
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr)
+                PyObject_GetBuffer(arr, &views[n_views], PyBUF_ANY_CONTIGUOUS)
+                rows[i] = views[n_views].buf
+                n_views += 1
+            with nogil:
+                rc = fr_writer_append(self._w, n, cidx, rows, specs, partial, &bad)
+        finally:
+            for i in range(n_views):
+                PyBuffer_Release(&views[i])
+            free(cidx); free(rows); free(specs); free(views)
+        if rc != FR_OK:
+            self._raise_append(rc, cols, values, bad)
+
+    cdef _raise_append(self, int rc, list cols, list values, int32_t bad):
+        if bad < 0:
+            _raise_for_status(rc, "")
+        cdef fr_column *c = fr_writer_column(self._w, cols[bad])
+        path = self._paths[cols[bad]]
+        got = np.asarray(values[bad])
+        if rc == FR_EDTYPE:
+            message = (f"Tensor of wrong dtype provided for column {path}. Got "
+                       f"{dtype_name(got.dtype)} but expected "
+                       f"{dtype_name(_dtype_of(&c.spec))}.")
+        elif rc == FR_ESHAPE:
+            message = (f"Tensor of incompatible shape provided for column {path}. "
+                       f"Got {_shape_str(got.shape)} which is incompatible with "
+                       f"{_shape_str(_shape_of(&c.spec))}.")
+        elif rc == FR_EREPEATED:
+            message = (f"Field {path} has already been set in the active step by "
+                       "previous (partial) append call and thus must be omitted "
+                       f"or set to None but got: {values[bad]}")
+        else:
+            message = None
+        _raise_for_status(rc, "", message)
+
+    def cells_at(self, int32_t col, positions) -> np.ndarray:
+        """Cell ids at history positions (-1 where none or expired)."""
+        cdef const int64_t[::1] pv = np.ascontiguousarray(positions, dtype=np.int64)
+        out = np.empty(pv.shape[0], dtype=np.int64)
+        cdef int64_t[::1] ov = out
+        if pv.shape[0]:
+            fr_writer_cells_at(self._w, col, pv.shape[0], &pv[0], &ov[0])
+        return out
+
+    def cell_alive(self, int32_t col, int64_t cell) -> bool:
+        """Whether the cell is in its keep-alive window or pinned by an item."""
+        return bool(fr_writer_cell_alive(self._w, col, cell))
+
+    def read_cell(self, int32_t col, int64_t cell) -> np.ndarray:
+        """The value of cell ``cell`` of column ``col`` (a copy)."""
+        cdef fr_column *c = fr_writer_column(self._w, col)
+        out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
+        cdef unsigned char[::1] ov = out.reshape(-1).view(np.uint8)
+        cdef unsigned char dummy = 0
+        cdef void *dst = &ov[0] if out.nbytes else &dummy
+        cdef int rc
+        with nogil:
+            rc = fr_writer_read_cell(self._w, col, cell, dst)
+        if rc == FR_EEXPIRED:
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
+        _raise_for_status(rc, f"column {self._paths[col]}")
+        return out
+
+    def create_item(self, TableCore table, double priority, list columns) -> int:
+        """Queue an item; ``columns`` holds ``(cols, ids, squeeze)`` per
+        trajectory column (int32 and int64 arrays).  Returns the key."""
+        cdef Py_ssize_t n = len(columns), total = 0, i, k, at = 0
+        for cols, ids, squeeze in columns:
+            total += len(ids)
+        cdef int32_t *lens = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        cdef uint8_t *sq = <uint8_t *>malloc(max(n, 1))
+        cdef int32_t *cv = <int32_t *>malloc(max(total, 1) * sizeof(int32_t))
+        cdef int64_t *iv = <int64_t *>malloc(max(total, 1) * sizeof(int64_t))
+        cdef const int32_t[::1] cm
+        cdef const int64_t[::1] im
+        cdef uint64_t key = 0
+        cdef int32_t bad_column = -1, bad_ref = -1
+        cdef int rc
+        try:
+            if not lens or not sq or not cv or not iv:
+                raise MemoryError()
+            for i in range(n):
+                cols, ids, squeeze = columns[i]
+                cm = cols
+                im = ids
+                lens[i] = im.shape[0]
+                sq[i] = squeeze
+                for k in range(im.shape[0]):
+                    cv[at + k] = cm[k]
+                    iv[at + k] = im[k]
+                at += im.shape[0]
+            with nogil:
+                rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
+                                           cv, iv, &key, &bad_column, &bad_ref)
+            if rc != FR_OK:
+                self._raise_create(rc, table, priority, columns, bad_column, bad_ref)
+        finally:
+            free(lens); free(sq); free(cv); free(iv)
+        return key
+
+    cdef _raise_create(self, int rc, TableCore table, double priority, list columns,
+                       int32_t bad_column, int32_t bad_ref):
+        if rc == FR_EPRIORITY_NAN and bad_column < 0:
+            _raise_for_status(rc, "", "`priority` must not be nan.")
+        if bad_column < 0:
+            _raise_for_status(rc, f"table '{table.name}', priority {priority!r}")
+        cols = columns[bad_column][0]
+        prefix = f"Error in column {bad_column}: "
+        if rc == FR_ESQUEEZE:
+            message = (f"TrajectoryColumn must contain exactly one row when squeeze "
+                       f"is set but got {len(cols)}.")
+        elif rc in (FR_EDTYPE, FR_ESHAPE):
+            first = self.column_info(cols[0])
+            other = self.column_info(cols[bad_ref])
+            if rc == FR_EDTYPE:
+                message = (f"Column references tensors with different dtypes: "
+                           f"{dtype_name(first['dtype'])} (index 0) != "
+                           f"{dtype_name(other['dtype'])} (index {bad_ref}).")
+            else:
+                message = (f"Column references tensors with incompatible shapes: "
+                           f"{_shape_str(first['shape'])} (index 0) not compatible "
+                           f"with {_shape_str(other['shape'])} (index {bad_ref}).")
+        else:
+            message = _DEFAULT_MESSAGES.get(rc, f"fastreplay core error {rc}.")
+        _raise_for_status(rc, "", prefix + message)
+
+    def pending(self) -> int:
+        """Items not yet inserted: queued here or in their tables."""
+        return fr_writer_pending(self._w)
+
+    def flush(self, int64_t ignore_last, timeout) -> bool:
+        """Finalize and hand over all but the last ``ignore_last`` items and
+        wait; returns False when the timeout (seconds) expired."""
+        cdef int64_t tns = _timeout_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = fr_writer_flush(self._w, ignore_last, tns)
+        if rc == FR_ETIMEOUT:
+            return False
+        _raise_for_status(rc, "writer")
+        return True
+
+    def end_episode(self, bint clear_buffers, timeout) -> bool:
+        """End the episode (always, even on timeout); False on timeout."""
+        cdef int64_t tns = _timeout_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = fr_writer_end_episode(self._w, clear_buffers, tns)
+        if rc == FR_ETIMEOUT:
+            return False
+        _raise_for_status(rc, "writer")
+        return True
