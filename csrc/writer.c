@@ -142,23 +142,32 @@ static void pump(fr_writer *w) {
     }
 }
 
-int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
-                     const void *const *rows, const fr_spec *specs,
-                     int partial, int32_t *bad) {
+int fr_writer_check_append(const fr_writer *w, int32_t n, const int32_t *cols,
+                           const fr_spec *specs, int32_t *bad) {
     if (w->status != FR_OK) return w->status;
     for (int32_t i = 0; i < n; i++) {
-        fr_column *c = &w->cols[cols[i]];
+        const fr_column *c = &w->cols[cols[i]];
         *bad = i;
-        if (c->has_spec && c->spec.dtype != specs[i].dtype) return FR_EDTYPE;
+        if (c->has_spec && (c->spec.dtype != specs[i].dtype ||
+                            c->spec.itemsize != specs[i].itemsize))
+            return FR_EDTYPE;
         if (c->has_spec && !fr_spec_equal(&c->spec, &specs[i])) return FR_ESHAPE;
         if (w->step_open && w->last_set[cols[i]] == w->hlen) return FR_EREPEATED;
     }
     *bad = -1;
+    return FR_OK;
+}
+
+int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
+                     const void *const *rows, const fr_spec *specs,
+                     int partial, int32_t *bad) {
+    int rc = fr_writer_check_append(w, n, cols, specs, bad);
+    if (rc != FR_OK) return rc;
     int64_t step = w->episode_steps;
     for (int32_t i = 0; i < n; i++) {
         fr_column *c = &w->cols[cols[i]];
         if (!c->has_spec) fr_column_set_spec(c, &specs[i]);
-        int rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
+        rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
     }

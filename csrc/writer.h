@@ -41,6 +41,10 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
                      const void *const *rows, const fr_spec *specs,
                      int partial, int32_t *bad);
 
+/* The validation half of fr_writer_append (nothing is written). */
+int fr_writer_check_append(const fr_writer *w, int32_t n, const int32_t *cols,
+                           const fr_spec *specs, int32_t *bad);
+
 /* History length: steps since the last clear, counting an open step. */
 int64_t fr_writer_history_len(const fr_writer *w);
 /* Closed steps since the last end_episode. */

@@ -12,13 +12,21 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
         f"fastreplay (original error: {exc})"
     ) from exc
 
+from fastreplay._core import ChunkStore
+from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
 from fastreplay.errors import DeadlineExceededError, ReverbError
+from fastreplay.history import TrajectoryColumn, WeakCellRef
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.table import Table, TableInfo
+from fastreplay.vector_writer import VectorTrajectoryWriter
+from fastreplay.writer import TrajectoryWriter
 
 item_selectors = selectors
 
 __all__ = [
+    "AutoTunedChunkerOptions",
+    "ChunkStore",
+    "ConstantChunkerOptions",
     "DeadlineExceededError",
     "ReplaySample",
     "ReverbError",
@@ -26,6 +34,10 @@ __all__ = [
     "SampleInfoBatch",
     "Table",
     "TableInfo",
+    "TrajectoryColumn",
+    "TrajectoryWriter",
+    "VectorTrajectoryWriter",
+    "WeakCellRef",
     "__version__",
     "errors",
     "item_selectors",

@@ -81,6 +81,116 @@ cdef inline str _shape_str(shape):
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+cdef class _Step:
+    """The values of one append, validated and pinned as C rows: numpy
+    buffers are held (not copied) until release().  With ``batched`` each
+    value has a leading environment axis that is not part of the spec."""
+
+    cdef Py_ssize_t n, n_views
+    cdef int32_t *cols
+    cdef const void **rows
+    cdef fr_spec *specs
+    cdef Py_buffer *views
+    cdef int64_t *strides  # bytes between environments (batched)
+
+    def __cinit__(self, list paths, list cols, list values, int batched):
+        cdef Py_ssize_t n = len(cols), i, d, lead = 1 if batched else 0
+        cdef object arr
+        self.n = n
+        self.n_views = 0
+        self.cols = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        self.rows = <const void **>malloc(max(n, 1) * sizeof(void *))
+        self.specs = <fr_spec *>malloc(max(n, 1) * sizeof(fr_spec))
+        self.views = <Py_buffer *>malloc(max(n, 1) * sizeof(Py_buffer))
+        self.strides = <int64_t *>malloc(max(n, 1) * sizeof(int64_t))
+        if not (self.cols and self.rows and self.specs and self.views and
+                self.strides):
+            raise MemoryError()
+        for i in range(n):
+            self.cols[i] = cols[i]
+            arr = values[i]
+            if type(arr) is not np.ndarray:
+                arr = np.asarray(arr)
+            if not arr.dtype.isnative:
+                arr = arr.astype(arr.dtype.newbyteorder("="))
+            kind = arr.dtype.kind
+            path = paths[self.cols[i]]
+            if kind not in _SUPPORTED_KINDS:
+                raise TypeError(
+                    f"Unsupported dtype {arr.dtype} for column {path}: "
+                    "fastreplay stores numeric and bool arrays only")
+            if arr.ndim - lead > FR_MAX_NDIM or arr.ndim < lead:
+                raise ValueError(f"column {path}: expected between {lead} and "
+                                 f"{FR_MAX_NDIM + lead} dimensions, got {arr.ndim}")
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            self.specs[i].dtype = ord(kind)
+            self.specs[i].itemsize = arr.dtype.itemsize
+            self.specs[i].ndim = arr.ndim - lead
+            for d in range(lead, arr.ndim):
+                self.specs[i].shape[d - lead] = arr.shape[d]
+            self.specs[i].row_bytes = arr.itemsize
+            for d in range(lead, arr.ndim):
+                self.specs[i].row_bytes *= arr.shape[d]
+            self.strides[i] = self.specs[i].row_bytes
+            PyObject_GetBuffer(arr, &self.views[self.n_views], PyBUF_ANY_CONTIGUOUS)
+            self.rows[i] = self.views[self.n_views].buf
+            self.n_views += 1
+
+    cdef void release(self):
+        cdef Py_ssize_t i
+        for i in range(self.n_views):
+            PyBuffer_Release(&self.views[i])
+        self.n_views = 0
+
+    def __dealloc__(self):
+        self.release()
+        free(self.cols); free(self.rows); free(self.specs); free(self.views)
+        free(self.strides)
+
+
+def append_batch(list cores, list cols, list values, bint partial) -> None:
+    """Append one step to each of N writers: row e of every value (leading
+    axis N) goes to cores[e].  All writers are validated before any is
+    written, so a bad value leaves every writer unchanged."""
+    cdef Py_ssize_t n_envs = len(cores), e, i
+    cdef _Step step = _Step((<WriterCore>cores[0])._paths if n_envs else [],
+                            cols, values, 1)
+    cdef WriterCore core
+    cdef int32_t bad = -1
+    cdef int rc = FR_OK
+    cdef const void **rows = <const void **>malloc(max(step.n, 1) * sizeof(void *))
+    cdef fr_writer **ws = <fr_writer **>malloc(max(n_envs, 1) * sizeof(void *))
+    try:
+        if not rows or not ws:
+            raise MemoryError()
+        for i in range(step.n):
+            if np.shape(values[i])[0] != n_envs:
+                raise ValueError(
+                    f"column {(<WriterCore>cores[0])._paths[step.cols[i]]}: leading "
+                    f"axis {np.shape(values[i])[0]} != number of environments "
+                    f"{n_envs}")
+        for e in range(n_envs):
+            core = cores[e]
+            ws[e] = core._w
+            rc = fr_writer_check_append(ws[e], step.n, step.cols, step.specs, &bad)
+            if rc != FR_OK:
+                core._raise_append(rc, cols, values, bad, 1)
+        with nogil:
+            for e in range(n_envs):
+                for i in range(step.n):
+                    rows[i] = <const char *>step.rows[i] + e * step.strides[i]
+                rc = fr_writer_append(ws[e], step.n, step.cols, rows, step.specs,
+                                      partial, &bad)
+                if rc != FR_OK:
+                    break
+        _raise_for_status(rc, "append_batch")
+    finally:
+        step.release()
+        free(rows)
+        free(ws)
+
+
 cdef class WriterCore:
     """WriterCore(store, seed, num_keep_alive_refs, max_chunk_length=None, throughput_weight=1.0)
 
@@ -164,62 +274,27 @@ cdef class WriterCore:
         anything; the copy into chunk buffers and any compression run without
         the GIL.
         """
-        cdef Py_ssize_t n = len(cols), i, d
-        cdef int32_t *cidx = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
-        cdef const void **rows = <const void **>malloc(max(n, 1) * sizeof(void *))
-        cdef fr_spec *specs = <fr_spec *>malloc(max(n, 1) * sizeof(fr_spec))
-        cdef Py_buffer *views = <Py_buffer *>malloc(max(n, 1) * sizeof(Py_buffer))
-        cdef Py_ssize_t n_views = 0
+        cdef _Step step = _Step(self._paths, cols, values, 0)
         cdef int32_t bad = -1
-        cdef int rc = FR_OK
-        cdef object arr
-        if not cidx or not rows or not specs or not views:
-            free(cidx); free(rows); free(specs); free(views)
-            raise MemoryError()
+        cdef int rc
         try:
-            for i in range(n):
-                cidx[i] = cols[i]
-                arr = values[i]
-                spec = _SCALAR_SPECS.get(type(arr))
-                if spec is None or type(arr) is not np.ndarray:
-                    arr = np.asarray(arr)
-                    if not arr.dtype.isnative:
-                        arr = arr.astype(arr.dtype.newbyteorder("="))
-                kind = arr.dtype.kind
-                if kind not in _SUPPORTED_KINDS:
-                    raise TypeError(
-                        f"Unsupported dtype {arr.dtype} for column "
-                        f"{self._paths[cidx[i]]}: fastreplay stores numeric and "
-                        "bool arrays only")
-                if arr.ndim > FR_MAX_NDIM:
-                    raise ValueError(f"column {self._paths[cidx[i]]}: more than "
-                                     f"{FR_MAX_NDIM} dimensions")
-                specs[i].dtype = ord(kind)
-                specs[i].itemsize = arr.dtype.itemsize
-                specs[i].ndim = arr.ndim
-                for d in range(arr.ndim):
-                    specs[i].shape[d] = arr.shape[d]
-                specs[i].row_bytes = arr.nbytes
-                if not arr.flags.c_contiguous:
-                    arr = np.ascontiguousarray(arr)
-                PyObject_GetBuffer(arr, &views[n_views], PyBUF_ANY_CONTIGUOUS)
-                rows[i] = views[n_views].buf
-                n_views += 1
             with nogil:
-                rc = fr_writer_append(self._w, n, cidx, rows, specs, partial, &bad)
+                rc = fr_writer_append(self._w, step.n, step.cols, step.rows,
+                                      step.specs, partial, &bad)
         finally:
-            for i in range(n_views):
-                PyBuffer_Release(&views[i])
-            free(cidx); free(rows); free(specs); free(views)
+            step.release()
         if rc != FR_OK:
-            self._raise_append(rc, cols, values, bad)
+            self._raise_append(rc, cols, values, bad, 0)
 
-    cdef _raise_append(self, int rc, list cols, list values, int32_t bad):
+    cdef _raise_append(self, int rc, list cols, list values, int32_t bad,
+                       int batched):
         if bad < 0:
             _raise_for_status(rc, "")
         cdef fr_column *c = fr_writer_column(self._w, cols[bad])
         path = self._paths[cols[bad]]
         got = np.asarray(values[bad])
+        if batched:
+            got = got[0]
         if rc == FR_EDTYPE:
             message = (f"Tensor of wrong dtype provided for column {path}. Got "
                        f"{dtype_name(got.dtype)} but expected "

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from fastreplay import _core
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
-from fastreplay.replay_sample import SampleInfoBatch
+from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 
 __all__ = ["CallStats", "RateLimiterInfo", "Table", "TableInfo"]
 
@@ -340,6 +340,25 @@ class Table:
         """
         keys, probs, prios, times, sizes, _ = self._core.sample(num_samples, timeout)
         return SampleInfoBatch(keys, probs, sizes, prios, times)
+
+    def sample_items(
+        self, num_samples: int = 1, *, timeout: float | None = None
+    ) -> list[ReplaySample]:
+        """Sample items with their data: one ``ReplaySample(info, data)`` per
+        item, ``data`` the flat list of the item's columns as numpy arrays
+        (``[T, *shape]``, or ``shape`` when squeezed).  Rate limiting and
+        timeouts as :meth:`sample`."""
+        keys, probs, prios, times, sizes, trajs = self._core.sample(
+            num_samples, timeout, True
+        )
+        return [
+            ReplaySample(
+                SampleInfo(int(keys[i]), float(probs[i]), int(sizes[i]),
+                           float(prios[i]), int(times[i])),
+                trajs[i].columns(),
+            )
+            for i in range(len(keys))
+        ]
 
     def mutate_priorities(
         self,

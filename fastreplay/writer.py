@@ -17,6 +17,11 @@ from typing import Any
 import numpy as np
 
 from fastreplay import _core, _nest, errors
+from fastreplay.chunkers import (
+    AutoTunedChunkerOptions,
+    ChunkerOptions,
+    ConstantChunkerOptions,
+)
 from fastreplay.history import TrajectoryColumn, WeakCellRef, _ColumnHistory
 from fastreplay.table import Table
 
@@ -134,6 +139,9 @@ class TrajectoryWriter:
         Accounting for this writer's chunks (default: a shared store).
     seed : int, optional
         Seed for chunk and item keys.
+    chunker_options : ConstantChunkerOptions or AutoTunedChunkerOptions
+        Default chunking of every column (fastreplay addition; default
+        ``AutoTunedChunkerOptions(num_keep_alive_refs)``).
     """
 
     def __init__(
@@ -144,6 +152,7 @@ class TrajectoryWriter:
         validate_items: bool = True,
         chunk_store: _core.ChunkStore | None = None,
         seed: int | None = None,
+        chunker_options: ChunkerOptions | None = None,
     ) -> None:
         if num_keep_alive_refs < 1:
             raise ValueError(
@@ -159,9 +168,12 @@ class TrajectoryWriter:
         self._validate_items = validate_items
         self._keep_alive = int(num_keep_alive_refs)
         seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
-        self._core = _core.WriterCore(chunk_store or DEFAULT_STORE, seed,
-                                      self._keep_alive)
-        self._overrides: dict[tuple[Any, ...], tuple[int, int | None]] = {}
+        default = chunker_options or AutoTunedChunkerOptions(self._keep_alive)
+        self._core = _core.WriterCore(
+            chunk_store or DEFAULT_STORE, seed, default.num_keep_alive_refs,
+            default.max_chunk_length, getattr(default, "throughput_weight", 1.0),
+        )
+        self._overrides: dict[tuple[Any, ...], ChunkerOptions] = {}
         self._columns = _Columns(self._add_column)
         self._history: Any = None
         self._closed = False
@@ -169,11 +181,13 @@ class TrajectoryWriter:
     # ----- structure and columns -----
 
     def _add_column(self, path: tuple[Any, ...]) -> None:
-        override = self._overrides.get(path)
-        if override is None:
+        o = self._overrides.get(path)
+        if o is None:
             self._core.add_column(repr(path))
         else:
-            self._core.add_column(repr(path), override[0], override[1])
+            self._core.add_column(repr(path), o.num_keep_alive_refs,
+                                  o.max_chunk_length,
+                                  getattr(o, "throughput_weight", 1.0))
         self._history = None
 
     def configure(
@@ -205,11 +219,22 @@ class TrajectoryWriter:
                 f"max_chunk_length ({max_chunk_length}) must be None or a positive "
                 f"integer <= num_keep_alive_refs ({num_keep_alive_refs})"
             )
+        options: ChunkerOptions = (
+            AutoTunedChunkerOptions(num_keep_alive_refs) if max_chunk_length is None
+            else ConstantChunkerOptions(max_chunk_length, num_keep_alive_refs)
+        )
+        self.configure_chunker(path, options)
+
+    def configure_chunker(self, path: tuple[Any, ...], options: ChunkerOptions
+                          ) -> None:
+        """Set a column's chunker options (the C++ ``ConfigureChunker``)."""
         col = self._columns.index.get(tuple(path))
         if col is None:
-            self._overrides[tuple(path)] = (num_keep_alive_refs, max_chunk_length)
+            self._overrides[tuple(path)] = options
         else:
-            self._core.configure(col, num_keep_alive_refs, max_chunk_length)
+            self._core.configure(col, options.num_keep_alive_refs,
+                                 options.max_chunk_length,
+                                 getattr(options, "throughput_weight", 1.0))
 
     # ----- appending -----
 
@@ -265,7 +290,8 @@ class TrajectoryWriter:
 
     @property
     def max_num_keep_alive_refs(self) -> int:
-        return max([self._keep_alive, *(k for k, _ in self._overrides.values())])
+        return max([self._keep_alive,
+                    *(o.num_keep_alive_refs for o in self._overrides.values())])
 
     # ----- items -----
 
