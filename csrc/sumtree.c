@@ -110,7 +110,7 @@ void fr_sumtree_set(fr_sumtree *t, size_t i, double w) {
  * to its left.  Branch-free: the child is the number of running sums that
  * stay <= *x.  A zero-weight child repeats the previous running sum, so it is
  * always counted and never picked.  When rounding leaves *x at or past the
- * group total, the last positive child is taken (rare, so the branch
+ * group total, the last positive child is taken, at its right edge (rare, so the branch
  * predicts well). */
 FR_INLINE size_t pick_child(const double *c, double *x) {
     double pre[FAN + 1];
@@ -124,7 +124,7 @@ FR_INLINE size_t pick_child(const double *c, double *x) {
     }
     int last = FAN - 1;
     while (last > 0 && !(c[last] > 0.0)) last--;
-    *x = c[last] * 0.5;
+    *x = c[last]; /* keep to the right edge of that child */
     return (size_t)last;
 }
 

@@ -146,6 +146,10 @@ int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns) {
     int rc = FR_OK;
     pthread_mutex_lock(&s->mu);
     while (s->pending > max_pending) {
+        if (s->closed) {
+            rc = FR_ECLOSED;
+            break;
+        }
         if (deadline == FR_NO_DEADLINE) {
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
@@ -159,6 +163,20 @@ int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns) {
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+int64_t fr_sync_dropped(fr_sync *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->dropped;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void fr_sync_close(fr_sync *s) {
+    pthread_mutex_lock(&s->mu);
+    s->closed = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int64_t fr_sync_pending(fr_sync *s) {

@@ -66,15 +66,20 @@ typedef struct fr_sync {
     int64_t pending;  /* queued in tables, not yet inserted */
     int64_t dropped;  /* discarded because their table closed */
     int64_t refs;     /* guarded by mu */
+    int closed;       /* set by fr_sync_close: waits return FR_ECLOSED */
 } fr_sync;
 
 fr_sync *fr_sync_new(void);
 void fr_sync_retain(fr_sync *s);
 void fr_sync_release(fr_sync *s);
 /* Wait until at most max_pending inserts are queued, up to timeout_ns
- * (negative = forever).  FR_OK or FR_ETIMEOUT. */
+ * (negative = forever).  FR_OK, FR_ETIMEOUT or FR_ECLOSED. */
 int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns);
 int64_t fr_sync_pending(fr_sync *s);
+/* Inserts discarded so far because their table closed. */
+int64_t fr_sync_dropped(fr_sync *s);
+/* Wake every waiter with FR_ECLOSED; later waits fail at once. */
+void fr_sync_close(fr_sync *s);
 
 /* Create a table.  sampler_kind/remover_kind are fr_selector_kind values with
  * their exponents; max_size >= 1; max_times_sampled < 1 means unlimited.

@@ -1,6 +1,7 @@
 #include "writer.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,8 @@ struct fr_writer {
     int64_t q_head, q_len, q_cap;
     unsigned char *scratch;
     int64_t scratch_cap;
-    int status; /* unrecoverable error from handing an item to its table */
+    atomic_int status;     /* unrecoverable error, or FR_ECLOSED after close */
+    int64_t seen_dropped;  /* fr_sync_dropped already turned into an error */
 };
 
 fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
@@ -200,8 +202,21 @@ void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
     }
 }
 
+int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
+                              int64_t step, int64_t count, int64_t *ids) {
+    int64_t missing = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t pos = start + i * step;
+        fr_writer_cells_at(w, col, 1, &pos, &ids[i]);
+        missing += ids[i] < 0;
+    }
+    return missing;
+}
+
 static int check_column(fr_writer *w, int32_t len, int squeeze,
                         const int32_t *cols, const int64_t *ids, int32_t *bad_ref) {
+    *bad_ref = 0;
+    if (len == 0) return FR_EEMPTY;
     for (int32_t k = 0; k < len; k++) {
         *bad_ref = k;
         if (cols[k] < 0 || cols[k] >= w->n_cols ||
@@ -303,7 +318,19 @@ int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
     pump(w);
     if (w->status != FR_OK) return w->status;
     int64_t allowed = ignore_last - w->q_len;
-    return fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);
+    int rc = fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);
+    int64_t dropped = fr_sync_dropped(w->sync);
+    if (rc == FR_OK && dropped > w->seen_dropped) {
+        /* A table closed with some of our items still queued in it. */
+        w->seen_dropped = dropped;
+        rc = FR_ECLOSED;
+    }
+    return rc;
+}
+
+void fr_writer_close(fr_writer *w) {
+    atomic_store(&w->status, FR_ECLOSED);
+    fr_sync_close(w->sync);
 }
 
 int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns) {
@@ -317,6 +344,7 @@ int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns) {
     }
     w->episode_id = fr_rng_next(&w->rng);
     w->episode_steps = 0;
+    if (w->step_open && !clear_buffers) w->hlen++; /* close the partial step */
     w->step_open = 0;
     if (clear_buffers) w->hlen = 0;
     return rc;

@@ -56,11 +56,17 @@ int fr_writer_step_open(const fr_writer *w);
 void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
                         const int64_t *pos, int64_t *ids);
 
+/* fr_writer_cells_at for the positions start, start+step, ... (count of
+ * them); returns how many positions had no alive cell (-1 written). */
+int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
+                              int64_t step, int64_t count, int64_t *ids);
+
 /* Queue an item for `table`: column c of the trajectory has lens[c] refs
  * (cols[k], ids[k]) in order; squeeze[c] marks squeezed columns.  Validates
  * like Reverb (empty trajectory FR_EEMPTY, NaN priority FR_EPRIORITY_NAN,
- * the table's priority rules, then per column: FR_EEXPIRED, FR_ESQUEEZE,
- * FR_EDTYPE, FR_ESHAPE with *bad_column / *bad_ref set).  *key receives the
+ * the table's priority rules, then per column: FR_EEMPTY for an empty
+ * column, FR_EEXPIRED, FR_ESQUEEZE, FR_EDTYPE, FR_ESHAPE with *bad_column /
+ * *bad_ref set).  *key receives the
  * new item's random key. */
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           int32_t n_columns, const int32_t *lens,
@@ -83,6 +89,10 @@ int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns);
 
 /* 1 when column `col` exists and cell `id` of it is alive. */
 int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id);
+
+/* Close from any thread: wakes a flush blocked in another thread with
+ * FR_ECLOSED; every later call returns FR_ECLOSED. */
+void fr_writer_close(fr_writer *w);
 
 /* Copy the value of cell (col, id) into dst.  FR_EEXPIRED when not alive. */
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst);

@@ -218,6 +218,8 @@ cdef extern from "writer.h" nogil:
     int fr_writer_step_open(const fr_writer *w)
     void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
                             const int64_t *pos, int64_t *ids)
+    int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
+                                  int64_t step, int64_t count, int64_t *ids)
     int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                               int32_t n_columns, const int32_t *lens,
                               const uint8_t *squeeze, const int32_t *cols,
@@ -226,5 +228,6 @@ cdef extern from "writer.h" nogil:
     int64_t fr_writer_pending(fr_writer *w)
     int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns)
     int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns)
+    void fr_writer_close(fr_writer *w)
     int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id)
     int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst)

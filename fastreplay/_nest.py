@@ -19,7 +19,7 @@ def is_namedtuple(x: Any) -> bool:
 
 
 def is_nest(x: Any) -> bool:
-    return isinstance(x, (Mapping, list, tuple))
+    return isinstance(x, (dict, list, tuple)) or isinstance(x, Mapping)
 
 
 def items(node: Any) -> list[tuple[Any, Any]]:
@@ -44,6 +44,13 @@ def flatten_with_path(nest: Any, prefix: Path = ()) -> Iterator[tuple[Path, Any]
 
 
 def flatten(nest: Any) -> list[Any]:
+    if type(nest) is dict:  # fast path: a flat dict of leaves
+        try:
+            leaves = [nest[k] for k in sorted(nest)]
+        except TypeError:
+            leaves = [(), ]  # unsortable keys: take the general path
+        if not any(isinstance(v, (dict, list, tuple)) for v in leaves):
+            return leaves
     return [leaf for _, leaf in flatten_with_path(nest)]
 
 
@@ -58,7 +65,7 @@ def rebuild(node: Any, children: list[tuple[Any, Any]]) -> Any:
     if isinstance(node, Mapping):
         values = dict(children)
         try:
-            return type(node)(values)
+            return type(node)(values)  # type: ignore[call-arg]
         except TypeError:
             return values
     if is_namedtuple(node):

@@ -65,7 +65,7 @@ cdef class SampledTrajectory:
                 with nogil:
                     rc = fr_trajectory_read_column(self._t, i, &ov[0], &sv[0])
                 _raise_for_status(rc, f"column {i}")
-            out.append(arr[0] if c.squeeze else arr)
+            out.append(arr[0, ...] if c.squeeze else arr)
         return out
 
 

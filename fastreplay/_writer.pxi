@@ -7,7 +7,11 @@ from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_Get
 _TF_NAMES = {"f8": "double", "f4": "float", "f2": "half", "b1": "bool",
              "c8": "complex64", "c16": "complex128"}
 _SUPPORTED_KINDS = "biufc"
-_SCALAR_SPECS = {float: ("f", 8), int: ("i", 8), bool: ("b", 1)}
+# Appends copying fewer bytes than this keep the GIL: releasing and
+# re-acquiring it costs more than the copy, and with several writer threads
+# the hand-offs serialize them anyway.  Larger steps (and any chunk
+# compression they trigger) run without it.
+DEF _NOGIL_MIN_BYTES = 16384
 
 
 def _install_lz4() -> bool:
@@ -92,9 +96,11 @@ cdef class _Step:
     cdef fr_spec *specs
     cdef Py_buffer *views
     cdef int64_t *strides  # bytes between environments (batched)
+    cdef bint heavy        # enough bytes that releasing the GIL pays off
 
     def __cinit__(self, list paths, list cols, list values, int batched):
         cdef Py_ssize_t n = len(cols), i, d, lead = 1 if batched else 0
+        cdef int64_t total = 0
         cdef object arr
         self.n = n
         self.n_views = 0
@@ -133,9 +139,11 @@ cdef class _Step:
             for d in range(lead, arr.ndim):
                 self.specs[i].row_bytes *= arr.shape[d]
             self.strides[i] = self.specs[i].row_bytes
+            total += arr.nbytes
             PyObject_GetBuffer(arr, &self.views[self.n_views], PyBUF_ANY_CONTIGUOUS)
             self.rows[i] = self.views[self.n_views].buf
             self.n_views += 1
+        self.heavy = total >= _NOGIL_MIN_BYTES
 
     cdef void release(self):
         cdef Py_ssize_t i
@@ -147,6 +155,21 @@ cdef class _Step:
         self.release()
         free(self.cols); free(self.rows); free(self.specs); free(self.views)
         free(self.strides)
+
+
+cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
+                      const void **rows, bint partial) noexcept nogil:
+    cdef Py_ssize_t e, i
+    cdef int32_t bad = -1
+    cdef int rc = FR_OK
+    for e in range(n_envs):
+        for i in range(step.n):
+            rows[i] = <const char *>step.rows[i] + e * step.strides[i]
+        rc = fr_writer_append(ws[e], step.n, step.cols, rows, step.specs,
+                              partial, &bad)
+        if rc != FR_OK:
+            break
+    return rc
 
 
 def append_batch(list cores, list cols, list values, bint partial) -> None:
@@ -176,19 +199,23 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
             rc = fr_writer_check_append(ws[e], step.n, step.cols, step.specs, &bad)
             if rc != FR_OK:
                 core._raise_append(rc, cols, values, bad, 1)
-        with nogil:
-            for e in range(n_envs):
-                for i in range(step.n):
-                    rows[i] = <const char *>step.rows[i] + e * step.strides[i]
-                rc = fr_writer_append(ws[e], step.n, step.cols, rows, step.specs,
-                                      partial, &bad)
-                if rc != FR_OK:
-                    break
+        if step.heavy or n_envs * step.n > 64:
+            with nogil:
+                rc = _append_envs(ws, n_envs, step, rows, partial)
+        else:
+            rc = _append_envs(ws, n_envs, step, rows, partial)
         _raise_for_status(rc, "append_batch")
     finally:
         step.release()
         free(rows)
         free(ws)
+
+
+cdef int _raise_writer_status(int rc) except -1:
+    if rc == FR_ECLOSED:
+        _raise_for_status(rc, "", "A table this writer inserts into was closed "
+                          "and dropped queued items (or the writer was closed).")
+    return _raise_for_status(rc, "writer")
 
 
 cdef class WriterCore:
@@ -278,7 +305,11 @@ cdef class WriterCore:
         cdef int32_t bad = -1
         cdef int rc
         try:
-            with nogil:
+            if step.heavy:
+                with nogil:
+                    rc = fr_writer_append(self._w, step.n, step.cols, step.rows,
+                                          step.specs, partial, &bad)
+            else:
                 rc = fr_writer_append(self._w, step.n, step.cols, step.rows,
                                       step.specs, partial, &bad)
         finally:
@@ -320,6 +351,16 @@ cdef class WriterCore:
             fr_writer_cells_at(self._w, col, pv.shape[0], &pv[0], &ov[0])
         return out
 
+    def cells_range(self, int32_t col, int64_t start, int64_t step, int64_t count):
+        """Cell ids at positions start + k*step (k < count), or None when
+        any position has no alive cell."""
+        out = np.empty(count, dtype=np.int64)
+        cdef int64_t[::1] ov = out
+        cdef int64_t missing = 0
+        if count:
+            missing = fr_writer_cells_range(self._w, col, start, step, count, &ov[0])
+        return None if missing else out
+
     def cell_alive(self, int32_t col, int64_t cell) -> bool:
         """Whether the cell is in its keep-alive window or pinned by an item."""
         return bool(fr_writer_cell_alive(self._w, col, cell))
@@ -359,13 +400,18 @@ cdef class WriterCore:
                 raise MemoryError()
             for i in range(n):
                 cols, ids, squeeze = columns[i]
-                cm = cols
                 im = ids
                 lens[i] = im.shape[0]
                 sq[i] = squeeze
-                for k in range(im.shape[0]):
-                    cv[at + k] = cm[k]
-                    iv[at + k] = im[k]
+                if type(cols) is int:
+                    for k in range(im.shape[0]):
+                        cv[at + k] = cols
+                        iv[at + k] = im[k]
+                else:
+                    cm = cols
+                    for k in range(im.shape[0]):
+                        cv[at + k] = cm[k]
+                        iv[at + k] = im[k]
                 at += im.shape[0]
             with nogil:
                 rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
@@ -383,6 +429,8 @@ cdef class WriterCore:
         if bad_column < 0:
             _raise_for_status(rc, f"table '{table.name}', priority {priority!r}")
         cols = columns[bad_column][0]
+        if type(cols) is int:
+            cols = [cols] * len(columns[bad_column][1])
         prefix = f"Error in column {bad_column}: "
         if rc == FR_ESQUEEZE:
             message = (f"TrajectoryColumn must contain exactly one row when squeeze "
@@ -398,9 +446,15 @@ cdef class WriterCore:
                 message = (f"Column references tensors with incompatible shapes: "
                            f"{_shape_str(first['shape'])} (index 0) not compatible "
                            f"with {_shape_str(other['shape'])} (index {bad_ref}).")
+        elif rc == FR_EEMPTY:
+            message = "TrajectoryColumn must not be empty."
         else:
             message = _DEFAULT_MESSAGES.get(rc, f"fastreplay core error {rc}.")
         _raise_for_status(rc, "", prefix + message)
+
+    def close(self) -> None:
+        """Refuse further calls and wake a flush blocked in another thread."""
+        fr_writer_close(self._w)
 
     def pending(self) -> int:
         """Items not yet inserted: queued here or in their tables."""
@@ -415,7 +469,7 @@ cdef class WriterCore:
             rc = fr_writer_flush(self._w, ignore_last, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_for_status(rc, "writer")
+        _raise_writer_status(rc)
         return True
 
     def end_episode(self, bint clear_buffers, timeout) -> bool:
@@ -426,5 +480,5 @@ cdef class WriterCore:
             rc = fr_writer_end_episode(self._w, clear_buffers, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_for_status(rc, "writer")
+        _raise_writer_status(rc)
         return True

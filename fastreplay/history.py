@@ -95,7 +95,7 @@ class TrajectoryColumn:
             path,
         )
 
-    def _init(self, core: Any, cols: npt.NDArray[np.int32],
+    def _init(self, core: Any, cols: npt.NDArray[np.int32] | int,
               ids: npt.NDArray[np.int64], squeeze: bool, path: Any) -> None:
         if squeeze and len(ids) != 1:
             raise ValueError(
@@ -106,13 +106,15 @@ class TrajectoryColumn:
         self._squeeze, self._path = bool(squeeze), path
 
     @classmethod
-    def _make(cls, core: Any, cols: npt.NDArray[np.int32],
-              ids: npt.NDArray[np.int64], squeeze: bool, path: Any
-              ) -> TrajectoryColumn:
-        """Build from id arrays (no per-cell objects); None refs are -1."""
-        if (ids < 0).any():
+    def _make(cls, core: Any, cols: npt.NDArray[np.int32] | int,
+              ids: npt.NDArray[np.int64], squeeze: bool, path: Any,
+              checked: bool = False) -> TrajectoryColumn:
+        """Build from ids (no per-cell objects); ``cols`` is one column index
+        or an array; ids of -1 (no value) are rejected unless ``checked``."""
+        if not checked and (ids < 0).any():
+            cols_arr = np.broadcast_to(np.asarray(cols), ids.shape)
             refs = [None if i < 0 else WeakCellRef(core, int(c), int(i))
-                    for c, i in zip(cols, ids)]
+                    for c, i in zip(cols_arr, ids)]
             raise ValueError(
                 "TrajectoryColumns cannot contain any None data references: "
                 f"TrajectoryColumn at path {path} got {refs}"
@@ -120,6 +122,11 @@ class TrajectoryColumn:
         column = cls.__new__(cls)
         column._init(core, cols, ids, squeeze, path)
         return column
+
+    def _col_array(self) -> npt.NDArray[np.int32]:
+        if isinstance(self._cols, int):
+            return np.full(len(self._ids), self._cols, dtype=np.int32)
+        return self._cols
 
     @property
     def is_squeezed(self) -> bool:
@@ -129,7 +136,7 @@ class TrajectoryColumn:
         return len(self._ids)
 
     def __iter__(self) -> Iterator[WeakCellRef]:
-        for c, i in zip(self._cols, self._ids):
+        for c, i in zip(self._col_array(), self._ids):
             yield WeakCellRef(self._core, int(c), int(i))
 
     def __getitem__(self, val: Any) -> TrajectoryColumn:
@@ -144,13 +151,14 @@ class TrajectoryColumn:
         else:
             raise TypeError(f"TrajectoryColumn indices must be int, slice or list, "
                             f"got {type(val).__name__}")
-        return TrajectoryColumn._make(self._core, self._cols[idx], self._ids[idx],
-                                      squeeze, self._path)
+        return TrajectoryColumn._make(self._core, self._col_array()[idx],
+                                      self._ids[idx], squeeze, self._path)
 
     def _info(self) -> dict[str, Any]:
         if not len(self):
             raise ValueError("an empty TrajectoryColumn has no dtype or shape")
-        return self._core.column_info(int(self._cols[0]))  # type: ignore[no-any-return]
+        return self._core.column_info(  # type: ignore[no-any-return]
+            int(self._col_array()[0]))
 
     @property
     def shape(self) -> tuple[int | None, ...]:
@@ -163,14 +171,13 @@ class TrajectoryColumn:
 
     def numpy(self) -> np.ndarray:
         """The referenced values, stacked (or the single value if squeezed)."""
-        if any(not self._core.cell_alive(int(c), int(i))
-               for c, i in zip(self._cols, self._ids)):
+        pairs = list(zip(self._col_array().tolist(), self._ids.tolist()))
+        if any(not self._core.cell_alive(c, i) for c, i in pairs):
             raise RuntimeError(
                 "Cannot convert TrajectoryColumn with expired data references to "
                 "numpy array."
             )
-        values = [self._core.read_cell(int(c), int(i))
-                  for c, i in zip(self._cols, self._ids)]
+        values = [self._core.read_cell(c, i) for c, i in pairs]
         return values[0] if self._squeeze else np.stack(values)
 
     def __repr__(self) -> str:
@@ -206,10 +213,16 @@ class _ColumnHistory:
                         f"got {type(val).__name__}")
 
     def __getitem__(self, val: Any) -> TrajectoryColumn:
+        if type(val) is slice:
+            start, stop, step = val.indices(len(self))
+            count = len(range(start, stop, step))
+            ids = self._core.cells_range(self._col, start, step, count)
+            if ids is not None:
+                return TrajectoryColumn._make(self._core, self._col, ids, False,
+                                              self._path, checked=True)
         pos, squeeze = self._positions(val)
         ids = self._core.cells_at(self._col, pos)
-        cols = np.full(len(ids), self._col, dtype=np.int32)
-        return TrajectoryColumn._make(self._core, cols, ids, squeeze, self._path)
+        return TrajectoryColumn._make(self._core, self._col, ids, squeeze, self._path)
 
     def __iter__(self) -> Iterator[WeakCellRef | None]:
         ids = self._core.cells_at(self._col, np.arange(len(self)))

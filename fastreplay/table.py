@@ -161,7 +161,8 @@ class Table:
         if tuple(extensions):
             raise ValueError("table extensions are not supported by fastreplay")
         self._signature = _check_signature(signature)
-        rate_limiter._bind(name)
+        if rate_limiter._table is not None:
+            rate_limiter._bind(name)  # raises: the limiter belongs to a table
         self._name = name
         self._sampler = sampler
         self._remover = remover
@@ -184,6 +185,7 @@ class Table:
             rate_limiter.max_diff,
             self._seed,
         )
+        rate_limiter._bind(name)  # only once the table exists
 
     @classmethod
     def queue(
@@ -351,6 +353,7 @@ class Table:
         keys, probs, prios, times, sizes, trajs = self._core.sample(
             num_samples, timeout, True
         )
+        assert trajs is not None
         return [
             ReplaySample(
                 SampleInfo(int(keys[i]), float(probs[i]), int(sizes[i]),

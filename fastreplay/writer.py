@@ -86,7 +86,8 @@ class _Columns:
     the compiled flatten plan."""
 
     def __init__(self, on_new_column: Callable[[tuple[Any, ...]], None]) -> None:
-        self.structure: Any = None
+        self.structure: Any = None  # meaningful once `seen` (None is a leaf)
+        self.seen = False
         self.paths: list[tuple[Any, ...]] = []
         self.index: dict[tuple[Any, ...], int] = {}
         self._plan: Callable[[Any], list[Any]] | None = None
@@ -103,14 +104,15 @@ class _Columns:
 
     def _flatten_slow(self, data: Any) -> list[Any]:
         shape = _nest.map_structure(lambda _: None, data)
-        merged = shape if self.structure is None else _nest.union(self.structure, shape)
+        merged = _nest.union(self.structure, shape) if self.seen else shape
         for path, _ in _nest.flatten_with_path(shape):
             if path not in self.index:
                 self.index[path] = len(self.paths)
                 self.paths.append(path)
                 self._on_new_column(path)
-        if merged is not self.structure:
+        if not self.seen or merged is not self.structure:
             self.structure = merged
+            self.seen = True
             self._plan = _compile_plan(merged, self.index)
         out: list[Any] = [None] * len(self.paths)
         for path, value in _nest.flatten_with_path(data):
@@ -176,6 +178,7 @@ class TrajectoryWriter:
         self._overrides: dict[tuple[Any, ...], ChunkerOptions] = {}
         self._columns = _Columns(self._add_column)
         self._history: Any = None
+        self._generation = 0  # end_episode(clear_buffers=True) calls so far
         self._closed = False
 
     # ----- structure and columns -----
@@ -269,10 +272,17 @@ class TrajectoryWriter:
         self._core.append(cols, [flat[i] for i in cols], partial_step)
         return StepReferences(self, self._core.history_len - 1, data)
 
+    def _cells_at(self, col: int, position: int, generation: int) -> int:
+        """Cell id at a history position of a given episode generation (-1
+        when it is gone: the id then names no alive cell)."""
+        if generation != self._generation:
+            return -1
+        return int(self._core.cells_at(col, [position])[0])
+
     @property
     def history(self) -> Any:
         """Per-column history views, structured like the appended data."""
-        if self._columns.structure is None:
+        if not self._columns.seen:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
             )
@@ -353,7 +363,12 @@ class TrajectoryWriter:
             raise ValueError(
                 f"block_until_num_items must be >= 0, got {block_until_num_items}"
             )
-        if not self._core.flush(block_until_num_items, _seconds(timeout_ms)):
+        try:
+            done = self._core.flush(block_until_num_items, _seconds(timeout_ms))
+        except errors.TableClosedError:
+            self._check_open()
+            raise
+        if not done:
             raise errors.DeadlineExceededError(
                 "Flush call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)}"
@@ -368,7 +383,13 @@ class TrajectoryWriter:
         DeadlineExceededError is raised afterwards.
         """
         self._check_open()
-        done = self._core.end_episode(clear_buffers, _seconds(timeout_ms))
+        try:
+            done = self._core.end_episode(clear_buffers, _seconds(timeout_ms))
+        except errors.TableClosedError:
+            self._check_open()
+            raise
+        if clear_buffers:
+            self._generation += 1
         if not done:
             raise errors.DeadlineExceededError(
                 "End episode call did not complete within provided timeout of "
@@ -382,8 +403,10 @@ class TrajectoryWriter:
 
     def close(self) -> None:
         """Stop the writer; later calls raise RuntimeError.  Items not yet
-        sent to their tables are dropped (call ``flush`` first)."""
+        sent to their tables are dropped (call ``flush`` first).  Safe to call
+        from another thread: a blocked ``flush`` wakes with RuntimeError."""
         self._closed = True
+        self._core.close()
 
     def __enter__(self) -> TrajectoryWriter:
         return self
@@ -401,10 +424,11 @@ class StepReferences:
     """References returned by ``append``: built lazily, structured like the
     appended data (a WeakCellRef per leaf, None where no value was given)."""
 
-    __slots__ = ("_writer", "_position", "_data", "_refs")
+    __slots__ = ("_writer", "_position", "_generation", "_data", "_refs")
 
     def __init__(self, writer: TrajectoryWriter, position: int, data: Any) -> None:
         self._writer, self._position, self._data = writer, position, data
+        self._generation = writer._generation
         self._refs: Any = None
 
     def materialize(self) -> Any:
@@ -416,8 +440,8 @@ class StepReferences:
                 if value is None:
                     return None
                 col = index[path]
-                cell = int(core.cells_at(col, [self._position])[0])
-                return None if cell < 0 else WeakCellRef(core, col, cell)
+                cell = self._writer._cells_at(col, self._position, self._generation)
+                return WeakCellRef(core, col, cell)  # cell -1: expired
 
             self._refs = _nest.map_structure_with_path(ref, self._data)
         return self._refs
