@@ -49,3 +49,69 @@ def fastreplay_prioritized(
 def fastreplay_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload:
     table, fill, _ = _filled_table(selectors.Uniform(), capacity, seed)
     return UniformWorkload("fastreplay_uniform", capacity, fill, table.sample)
+
+
+# ----- writer workloads (DESIGN.md section 6, workloads 1, 4 and 5) -----
+
+SMALL_OBS = ((8,), np.float32)
+ATARI_OBS = ((84, 84, 4), np.uint8)
+
+
+def atari_frames(n: int, seed: int = 0) -> list[np.ndarray]:
+    """Atari-like uint8[84,84,4] observations: a dark background with a few
+    moving bright rectangles and some noise rows, stacked 4 frames deep as
+    DQN does (consecutive observations share 3 of their 4 frames)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for t in range(n + 3):
+        f = np.zeros((84, 84), np.uint8)
+        f[70:74, :] = 90  # ground
+        for k in range(4):
+            x, y = (7 * t + 19 * k) % 76, (3 * t + 23 * k) % 60
+            f[y:y + 6, x:x + 6] = 200 + 10 * k
+        f[2:4, :] = rng.integers(0, 255, (2, 84), dtype=np.uint8)  # score bar
+        frames.append(f)
+    return [np.stack(frames[t:t + 4], axis=-1) for t in range(n)]
+
+
+class WriterWorkload:
+    """Append steps ``{observation, action, reward}`` and, once 5 steps are
+    available, create one item per step over the last 5 steps (SARS-style
+    overlapping items) into a Prioritized table of capacity 1e6;
+    ``end_episode`` every 1,000 steps."""
+
+    def __init__(self, obs: tuple[tuple[int, ...], Any], num_obs: int = 64,
+                 chunk_store: fastreplay.ChunkStore | None = None,
+                 table: fastreplay.Table | None = None) -> None:
+        shape, dtype = obs
+        if dtype == np.uint8 and shape == ATARI_OBS[0]:
+            self.obs = atari_frames(num_obs)
+        else:
+            rng = np.random.default_rng(0)
+            self.obs = [rng.standard_normal(shape).astype(dtype) for _ in range(num_obs)]
+        self.table = table or fastreplay.Table(
+            "bench", selectors.Prioritized(0.6), selectors.Fifo(), 1_000_000,
+            rate_limiters.MinSize(1),
+        )
+        self.writer = fastreplay.TrajectoryWriter(
+            self.table, 5, chunk_store=chunk_store or fastreplay.ChunkStore()
+        )
+        self.steps = 0
+
+    def run(self, n_steps: int) -> None:
+        w, obs = self.writer, self.obs
+        for _ in range(n_steps):
+            i = self.steps
+            w.append({"observation": obs[i % len(obs)], "action": np.int32(i % 7),
+                      "reward": np.float32(1.0)})
+            if w.episode_steps >= 5:
+                h = w.history
+                w.create_item("bench", 1.0, {
+                    "observation": h["observation"][-5:],
+                    "action": h["action"][-5:],
+                    "reward": h["reward"][-5:],
+                })
+            self.steps += 1
+            if self.steps % 1000 == 0:
+                w.end_episode()
+        w.flush()

@@ -1,5 +1,6 @@
 #include "selector.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,9 @@ int fr_selector_check(const fr_selector *s, double priority) {
     if (s->kind == FR_SEL_PRIORITIZED) {
         if (isnan(priority)) return FR_EPRIORITY_NAN;
         if (priority < 0.0) return FR_EPRIORITY_NEG;
-        if (!isfinite(fr_priority_weight(priority, s->exponent)))
+        /* Bounding each weight by DBL_MAX / 2^32 keeps the sum of up to
+         * 2^31 weights finite, so sampling never sees an infinite total. */
+        if (!(fr_priority_weight(priority, s->exponent) <= FR_MAX_WEIGHT))
             return FR_EINVAL;
     } else if (is_heap(s->kind) && isnan(priority)) {
         return FR_EPRIORITY_NAN;

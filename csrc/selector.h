@@ -52,9 +52,12 @@ void fr_selector_free(fr_selector *s);
 /* Grow to `capacity` slots.  FR_OK or FR_ENOMEM (selector unchanged). */
 int fr_selector_reserve(fr_selector *s, size_t capacity);
 
+/* Largest sampling weight accepted: the sum of 2^31 of them stays finite. */
+#define FR_MAX_WEIGHT (1.7976931348623157e308 / 4294967296.0)
+
 /* FR_OK if `priority` is acceptable to this selector: Prioritized rejects
  * NaN (FR_EPRIORITY_NAN), negative values (FR_EPRIORITY_NEG) and priorities
- * whose weight is infinite (FR_EINVAL); heaps reject NaN.  O(1). */
+ * whose weight exceeds FR_MAX_WEIGHT (FR_EINVAL); heaps reject NaN.  O(1). */
 int fr_selector_check(const fr_selector *s, double priority);
 
 /* Add an absent slot.  The priority must have passed fr_selector_check.

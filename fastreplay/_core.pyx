@@ -32,7 +32,8 @@ RATE_LIMITER_TIMEOUT_MESSAGE = (
 _DEFAULT_MESSAGES = {
     FR_EPRIORITY_NAN: "Priority must not be NaN.",
     FR_EPRIORITY_NEG: "Priority must not be negative.",
-    FR_EINVAL: "Priority must be finite after applying the priority exponent.",
+    FR_EINVAL: ("Priority is too large: priority ** priority_exponent must be "
+                "finite and at most 4.1e298."),
     FR_ETIMEOUT: RATE_LIMITER_TIMEOUT_MESSAGE,
     FR_ECLOSED: "Table is closed.",
     FR_ENOMEM: "fastreplay core out of memory.",

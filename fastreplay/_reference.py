@@ -1,39 +1,38 @@
 """A naive pure-Python model of :class:`fastreplay.Table` -- a TEST ORACLE ONLY.
 
 Nothing in the package imports this module; the tests drive it in lockstep
-with the compiled table.  Every operation is written as plainly as possible
-(dict scans, ``min``/``max`` over all items), following reverb-spec sections
-3.3-3.8 and 4:
+with the compiled table.  Everything is written as plainly as possible (dict
+scans, ``min`` over all items) from reverb-spec sections 3.3-3.8 and 4:
 
 - items: ``key -> (priority, times_sampled, insertion seq, touch stamp)``;
-  the touch stamp is refreshed by every insert or priority update and breaks
+  every insert or priority update refreshes the touch stamp, which breaks
   heap ties in favour of the least recently touched item;
-- selectors: Fifo = smallest seq, Lifo = largest seq, MinHeap/MaxHeap =
-  lowest/highest priority then smallest touch stamp; Uniform and Prioritized
-  are random, so :meth:`probabilities` gives the distribution instead of a
-  draw (Prioritized weight ``p ** alpha``, 0 when ``p == 0``, ``1/N`` for
-  every item when all weights are 0);
-- rate limiter: counters ``inserts``/``samples``/``deletes`` and the exact
-  ``can_sample``/``can_insert`` predicates of spec 3.7.  Evictions, explicit
-  deletes and ``max_times_sampled`` expiries each count as a delete; a
-  re-insert of a present key only updates the priority;
-- waiting calls are modelled with ``timeout=0``: an insert or sample that the
-  limiter refuses does not happen.
+- Fifo = smallest seq, Lifo = largest, MinHeap/MaxHeap = lowest/highest
+  priority then oldest touch.  Uniform and Prioritized are random, so
+  :meth:`probabilities` gives the distribution instead of a draw
+  (Prioritized weight ``p ** alpha``, 0 for ``p == 0``, ``1/N`` if all 0);
+- rate limiter counters and predicates exactly as spec 3.7: evictions,
+  explicit deletes and ``max_times_sampled`` expiries each count as a delete;
+  a re-insert of a present key only updates the priority;
+- calls never wait (``timeout=0``): what the limiter refuses does not happen.
 
-The compiled table draws random samples itself, so :meth:`apply_sample`
-takes the key it observed and returns the record the table should report.
+The compiled table draws samples itself, so :meth:`apply_sample` takes the
+key it observed and returns the record the table should report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 __all__ = ["RefItem", "RefSample", "ReferenceTable"]
 
 DETERMINISTIC = ("fifo", "lifo", "min_heap", "max_heap")
+#: Largest Prioritized weight accepted (2**31 of them sum to a finite total).
+MAX_WEIGHT = sys.float_info.max / 2**32
 
 
 class _Selector(Protocol):
@@ -121,7 +120,7 @@ class ReferenceTable:
             return (
                 not math.isnan(priority)
                 and priority >= 0.0
-                and math.isfinite(self.weight(priority, exponent))
+                and self.weight(priority, exponent) <= MAX_WEIGHT
             )
         if kind in ("min_heap", "max_heap"):
             return not math.isnan(priority)

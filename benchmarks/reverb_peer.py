@@ -1,0 +1,226 @@
+"""dm-reverb workloads for benchmarks, run in-process (no fastreplay import).
+
+Each builder starts a ``reverb.Server`` (port picked by reverb) with one table
+named ``"bench"``, connects a ``reverb.Client`` to ``localhost:<port>`` and
+returns a workload whose ``.run(n)`` is the part to time; ``.close()`` stops
+the server.  ``reverb`` (and TensorFlow, which it imports; ~8 s the first time
+in a process) is imported lazily, so this module imports anywhere.  A builder
+returns None when reverb is missing or broken and records the reason in
+``UNAVAILABLE[name]``.  Tested with dm-reverb 0.14.0, tensorflow-cpu 2.15.1,
+numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
+
+* ``reverb_writer``: steps ``{observation, action: int32, reward: float32}``
+  appended through ``client.trajectory_writer(num_keep_alive_refs=item_length)``;
+  once ``writer.episode_steps >= item_length`` every step creates one item over
+  the last ``item_length`` steps in a ``Prioritized(0.6)`` table (max_size
+  1,000,000, ``Fifo`` remover, ``MinSize(1)``), priority 1.0.  The episode ends
+  every 1,000 steps (counted across runs) and ``run`` ends with ``flush()``.
+  Observations (``steps`` distinct random arrays, reused cyclically), actions
+  and rewards are made up front, so data generation is not timed.  Random data
+  does not compress, so reverb's chunk compression does work for nothing; real
+  frames would compress better.
+* ``reverb_sample``: a ``Uniform`` table (``Fifo`` remover, ``MinSize(1)``) of
+  ``table_size`` length-``item_length`` items over float32[8] observations,
+  filled by the same writer loop (``fill_seconds``).  The table has a
+  ``tf.TensorSpec`` signature.  ``run(n)`` draws ``n`` batches of ``batch``
+  items and returns ``n * batch``.  ``via="client"``: each batch is one
+  ``client.sample(table, num_samples=batch, emit_timesteps=False,
+  unpack_as_table_signature=True)`` generator, iterated to the end (one
+  ``ReplaySample`` of NumPy arrays per item; ``emit_timesteps=True`` splits each
+  item into per-step samples, slower).  ``via="dataset"``:
+  ``reverb.TrajectoryDataset.from_table_signature(...).batch(batch)``, one
+  ``next()`` on its iterator per batch; the dataset's workers keep up to
+  ``max_in_flight`` samples in flight in background threads between calls.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+UNAVAILABLE: dict[str, str] = {}
+"""Workload name -> why its builder returned None ("ExceptionType: message")."""
+
+TABLE = "bench"
+EPISODE_STEPS = 1_000
+_W = TypeVar("_W")
+
+
+def _guard(name: str, build: Callable[[], _W]) -> _W | None:
+    """Run ``build``; on any failure record the reason and return None."""
+    try:
+        result = build()
+    except Exception as exc:  # noqa: BLE001 - any failure means "peer unavailable"
+        UNAVAILABLE[name] = f"{type(exc).__name__}: {exc}"
+        return None
+    UNAVAILABLE.pop(name, None)
+    return result
+
+
+class _Steps:
+    """Precomputed steps and the writer loop shared by the writer and the fill."""
+
+    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: Any, steps: int,
+                 item_length: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        dtype = np.dtype(obs_dtype)
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            shape = (steps, *obs_shape)
+            obs = rng.integers(info.min, info.max, shape, dtype, endpoint=True)
+        else:
+            obs = rng.standard_normal((steps, *obs_shape)).astype(dtype)
+        actions = rng.integers(0, 18, steps, dtype=np.int32)
+        rewards = rng.standard_normal(steps).astype(np.float32)
+        # One dict per step, built now: the timed loop only appends.
+        self.data = [{"observation": obs[i], "action": actions[i], "reward": rewards[i]}
+                     for i in range(steps)]
+        self.keys = tuple(self.data[0])
+        self.item_length = item_length
+        self.total = 0  # steps appended so far, across runs
+
+    def write(self, writer: Any, n_steps: int, until_items: int | None = None) -> int:
+        """Append ``n_steps`` steps (or up to ``until_items`` items); return items."""
+        data, keys, length = self.data, self.keys, self.item_length
+        items = 0
+        for _ in range(n_steps if until_items is None else 1 << 62):
+            if until_items is not None and items >= until_items:
+                break
+            writer.append(data[self.total % len(data)])
+            self.total += 1
+            if writer.episode_steps >= length:
+                history = writer.history
+                writer.create_item(TABLE, 1.0, {k: history[k][-length:] for k in keys})
+                items += 1
+            if self.total % EPISODE_STEPS == 0:
+                writer.end_episode()
+        writer.flush()
+        return items
+
+
+class _Peer:
+    """A reverb.Server with one table plus a client connected over localhost."""
+
+    def __init__(self, reverb: Any, table: Any) -> None:
+        # reverb's default checkpointer leaves an empty /tmp/tmpXXXX per server.
+        self._tmp = tempfile.TemporaryDirectory(prefix="reverb_peer_")
+        self.server = reverb.Server(tables=[table], checkpointer=reverb.checkpointers
+                                    .DefaultCheckpointer(path=self._tmp.name))
+        self.address = f"localhost:{self.server.port}"
+        self.client = reverb.Client(self.address)
+
+    def table_size(self) -> int:
+        return int(self.client.server_info()[TABLE].current_size)
+
+    def close(self) -> None:
+        """Stop the server (further calls fail) and remove its checkpoint directory."""
+        self.server.stop()
+        self._tmp.cleanup()
+
+
+class ReverbWriter(_Peer):
+    """Writer workload; see the module docstring."""
+
+    def __init__(self, reverb: Any, steps: _Steps) -> None:
+        super().__init__(reverb, reverb.Table(
+            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
+            1_000_000, reverb.rate_limiters.MinSize(1)))
+        self.steps = steps
+        self.writer = self.client.trajectory_writer(
+            num_keep_alive_refs=steps.item_length)
+
+    def run(self, n_steps: int) -> int:
+        """Append ``n_steps`` steps, creating items as described; return items made."""
+        return self.steps.write(self.writer, n_steps)
+
+    def close(self) -> None:
+        self.writer.close()
+        super().close()
+
+
+class ReverbSampler(_Peer):
+    """Sampling workload over a filled Uniform table; see the module docstring."""
+
+    def __init__(self, reverb: Any, steps: _Steps, table_size: int, batch: int,
+                 via: Literal["client", "dataset"], max_in_flight: int) -> None:
+        import tensorflow as tf
+
+        length = steps.item_length
+        obs = steps.data[0]["observation"]
+        signature = {"observation": tf.TensorSpec((length, *obs.shape), obs.dtype),
+                     "action": tf.TensorSpec((length,), tf.int32),
+                     "reward": tf.TensorSpec((length,), tf.float32)}
+        super().__init__(reverb, reverb.Table(
+            TABLE, reverb.selectors.Uniform(), reverb.selectors.Fifo(), table_size,
+            reverb.rate_limiters.MinSize(1), signature=signature))
+        t0 = time.perf_counter()
+        with self.client.trajectory_writer(num_keep_alive_refs=length) as writer:
+            steps.write(writer, 0, until_items=table_size)
+        self.fill_seconds = time.perf_counter() - t0
+        self.batch = batch
+        self.via = via
+        self._iterator: Iterator[Any] | None = None
+        if via == "dataset":
+            dataset = reverb.TrajectoryDataset.from_table_signature(
+                self.address, TABLE, max_in_flight_samples_per_worker=max_in_flight)
+            self._iterator = iter(dataset.batch(batch))
+
+    def run(self, n_batches: int) -> int:
+        """Draw ``n_batches`` batches of ``batch`` items; return items drawn."""
+        if self._iterator is not None:
+            it = self._iterator
+            for _ in range(n_batches):
+                next(it)
+        else:
+            sample, batch = self.client.sample, self.batch
+            for _ in range(n_batches):
+                for _s in sample(TABLE, num_samples=batch, emit_timesteps=False,
+                                 unpack_as_table_signature=True):
+                    pass
+        return n_batches * self.batch
+
+    def close(self) -> None:
+        self._iterator = None  # drop the dataset's streams before the server goes
+        super().close()
+
+
+def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
+                  steps: int = 5_000, item_length: int = 5, seed: int = 0
+                  ) -> ReverbWriter | None:
+    """Writer workload with ``steps`` precomputed observations (reused cyclically)."""
+
+    def build() -> ReverbWriter:
+        import reverb
+
+        data = _Steps(obs_shape, obs_dtype, steps, item_length, seed)
+        return ReverbWriter(reverb, data)
+
+    return _guard("reverb_writer", build)
+
+
+def reverb_sample(table_size: int = 100_000, batch: int = 256, item_length: int = 5,
+                  via: Literal["client", "dataset"] = "client",
+                  max_in_flight: int = 512, seed: int = 0) -> ReverbSampler | None:
+    """Sampling workload, ``via`` "client" or "dataset"; see the module docstring."""
+    if via not in ("client", "dataset"):
+        raise ValueError(f"via must be 'client' or 'dataset', not {via!r}")
+
+    def build() -> ReverbSampler:
+        import reverb
+
+        steps = _Steps((8,), np.float32, min(table_size, 10_000), item_length, seed)
+        return ReverbSampler(reverb, steps, table_size, batch, via, max_in_flight)
+
+    return _guard(f"reverb_sample_{via}", build)
+
+
+def reverb_sample_dataset(table_size: int = 100_000, batch: int = 256,
+                          item_length: int = 5, max_in_flight: int = 512,
+                          seed: int = 0) -> ReverbSampler | None:
+    """``reverb_sample(..., via="dataset")``: TrajectoryDataset batched to ``batch``."""
+    return reverb_sample(table_size, batch, item_length, "dataset", max_in_flight,
+                         seed)

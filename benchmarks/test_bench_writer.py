@@ -1,0 +1,79 @@
+"""Writer workloads (DESIGN.md section 6, workloads 1, 4 and 5):
+
+- steps/s for append + one length-5 item per step, small and Atari steps,
+  beside dm-reverb's TrajectoryWriter when it is importable (``reverb_peer``);
+- stored bytes per step for overlapping length-5 items of Atari-like frames
+  (recorded in ``extra_info``: stored / raw payload);
+- aggregate steps/s with 1, 2 and 4 writer threads.
+
+Run: pytest benchmarks/test_bench_writer.py --benchmark-only --benchmark-group-by=group
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import workloads
+
+import fastreplay
+
+STEPS = 1000
+
+
+@pytest.mark.parametrize("kind", ["small", "atari"])
+@pytest.mark.benchmark(group="writer: append + length-5 item per step (1000 steps)")
+def test_writer_fastreplay(benchmark, kind) -> None:
+    obs = workloads.SMALL_OBS if kind == "small" else workloads.ATARI_OBS
+    work = workloads.WriterWorkload(obs)
+    benchmark.pedantic(work.run, args=(STEPS,), rounds=5, warmup_rounds=1)
+    benchmark.extra_info["steps_per_round"] = STEPS
+
+
+@pytest.mark.parametrize("kind", ["small", "atari"])
+@pytest.mark.benchmark(group="writer: append + length-5 item per step (1000 steps)")
+def test_writer_reverb(benchmark, kind) -> None:
+    reverb_peer = pytest.importorskip("reverb_peer")
+    obs = workloads.SMALL_OBS if kind == "small" else workloads.ATARI_OBS
+    work = reverb_peer.reverb_writer(obs_shape=obs[0], obs_dtype=obs[1])
+    if work is None:
+        pytest.skip(f"dm-reverb: {reverb_peer.UNAVAILABLE.get('reverb_writer')}")
+    benchmark.pedantic(work.run, args=(STEPS,), rounds=5, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="writer: stored bytes per Atari step")
+def test_stored_bytes_per_step(benchmark) -> None:
+    store = fastreplay.ChunkStore()
+    work = workloads.WriterWorkload(workloads.ATARI_OBS, num_obs=2000,
+                                    chunk_store=store)
+    benchmark.pedantic(work.run, args=(STEPS,), rounds=1, iterations=1)
+    stats = store.stats()
+    raw_step = workloads.ATARI_OBS[0][0] * 84 * 4 + 4 + 4
+    benchmark.extra_info.update(
+        stored_bytes_per_step=stats["stored_bytes"] / work.steps,
+        raw_bytes_per_step=raw_step,
+        stored_over_raw=stats["stored_bytes"] / (work.steps * raw_step),
+        stored_over_item_payload=stats["stored_bytes"] / (work.steps * 5 * raw_step),
+    )
+    assert stats["stored_bytes"] > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.benchmark(group="writer: threads x 500 Atari steps each")
+def test_writer_threads(benchmark, threads) -> None:
+    table = fastreplay.Table(
+        "bench", fastreplay.selectors.Prioritized(0.6),
+        fastreplay.selectors.Fifo(), 1_000_000, fastreplay.rate_limiters.MinSize(1),
+    )
+    works = [workloads.WriterWorkload(workloads.ATARI_OBS, table=table)
+             for _ in range(threads)]
+
+    def run_all() -> None:
+        ts = [threading.Thread(target=w.run, args=(500,)) for w in works]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    benchmark.pedantic(run_all, rounds=3, warmup_rounds=1)
+    benchmark.extra_info["steps_per_round"] = 500 * threads
