@@ -164,3 +164,4 @@ def priority_weight(double priority, double exponent) -> float:
 
 include "_table.pxi"
 include "_writer.pxi"
+include "_history.pxi"

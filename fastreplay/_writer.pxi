@@ -381,17 +381,25 @@ cdef class WriterCore:
         return out
 
     def create_item(self, TableCore table, double priority, list columns) -> int:
-        """Queue an item; ``columns`` holds ``(cols, ids, squeeze)`` per
-        trajectory column (int32 and int64 arrays).  Returns the key."""
+        """Queue an item whose trajectory columns are the TrajectoryColumn
+        objects ``columns`` (in flatten order).  Returns the item's key."""
         cdef Py_ssize_t n = len(columns), total = 0, i, k, at = 0
-        for cols, ids, squeeze in columns:
-            total += len(ids)
+        cdef TrajectoryColumn tc
+        for c in columns:
+            if not isinstance(c, TrajectoryColumn):
+                raise TypeError("All leaves of the trajectory must be "
+                                f"TrajectoryColumn, got {type(c).__name__}")
+            tc = c
+            if len(tc._ids) and tc._core is not self:
+                raise ValueError("TrajectoryColumn refers to another writer's cells")
+            total += len(tc._ids)
         cdef int32_t *lens = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
         cdef uint8_t *sq = <uint8_t *>malloc(max(n, 1))
         cdef int32_t *cv = <int32_t *>malloc(max(total, 1) * sizeof(int32_t))
         cdef int64_t *iv = <int64_t *>malloc(max(total, 1) * sizeof(int64_t))
         cdef const int32_t[::1] cm
         cdef const int64_t[::1] im
+        cdef int32_t one_col
         cdef uint64_t key = 0
         cdef int32_t bad_column = -1, bad_ref = -1
         cdef int rc
@@ -399,23 +407,25 @@ cdef class WriterCore:
             if not lens or not sq or not cv or not iv:
                 raise MemoryError()
             for i in range(n):
-                cols, ids, squeeze = columns[i]
-                im = ids
+                tc = columns[i]
+                im = tc._ids
                 lens[i] = im.shape[0]
-                sq[i] = squeeze
-                if type(cols) is int:
+                sq[i] = tc._squeeze
+                if isinstance(tc._cols, int):
+                    one_col = tc._cols
                     for k in range(im.shape[0]):
-                        cv[at + k] = cols
+                        cv[at + k] = one_col
                         iv[at + k] = im[k]
                 else:
-                    cm = cols
+                    cm = tc._cols
                     for k in range(im.shape[0]):
                         cv[at + k] = cm[k]
                         iv[at + k] = im[k]
                 at += im.shape[0]
-            with nogil:
-                rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
-                                           cv, iv, &key, &bad_column, &bad_ref)
+            # Short and non-blocking: keeping the GIL is cheaper than handing
+            # it over twice.
+            rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
+                                       cv, iv, &key, &bad_column, &bad_ref)
             if rc != FR_OK:
                 self._raise_create(rc, table, priority, columns, bad_column, bad_ref)
         finally:
@@ -428,9 +438,7 @@ cdef class WriterCore:
             _raise_for_status(rc, "", "`priority` must not be nan.")
         if bad_column < 0:
             _raise_for_status(rc, f"table '{table.name}', priority {priority!r}")
-        cols = columns[bad_column][0]
-        if type(cols) is int:
-            cols = [cols] * len(columns[bad_column][1])
+        cols = (<TrajectoryColumn>columns[bad_column]).col_array().tolist()
         prefix = f"Error in column {bad_column}: "
         if rc == FR_ESQUEEZE:
             message = (f"TrajectoryColumn must contain exactly one row when squeeze "

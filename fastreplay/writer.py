@@ -22,7 +22,7 @@ from fastreplay.chunkers import (
     ChunkerOptions,
     ConstantChunkerOptions,
 )
-from fastreplay.history import TrajectoryColumn, WeakCellRef, _ColumnHistory
+from fastreplay.history import ColumnHistory, TrajectoryColumn, WeakCellRef
 from fastreplay.table import Table
 
 __all__ = ["TrajectoryWriter"]
@@ -288,7 +288,7 @@ class TrajectoryWriter:
             )
         if self._history is None:
             self._history = _nest.map_structure_with_path(
-                lambda p, _: _ColumnHistory(self._core, self._columns.index[p], p),
+                lambda p, _: ColumnHistory(self._core, self._columns.index[p], p),
                 self._columns.structure,
             )
         return self._history
@@ -322,27 +322,21 @@ class TrajectoryWriter:
         """
         self._check_open()
         columns = _nest.flatten(trajectory)
-        for column in columns:
-            if not isinstance(column, TrajectoryColumn):
-                raise TypeError(
-                    "All leaves of the trajectory must be TrajectoryColumn, got "
-                    f"{type(column).__name__}"
-                )
         target = self._tables.get(table)
         if target is None:
+            for column in columns:  # a wrong leaf type is reported first
+                if not isinstance(column, TrajectoryColumn):
+                    raise TypeError(
+                        "All leaves of the trajectory must be TrajectoryColumn, got "
+                        f"{type(column).__name__}"
+                    )
             raise ValueError(
                 f"Unable to create item in table '{table}' since the table could "
                 "not be found."
             )
-        for column in columns:
-            if len(column) and column._core is not self._core:
-                raise ValueError("TrajectoryColumn refers to another writer's cells")
         if self._validate_items and target.signature is not None:
             _check_signature(table, target.signature, columns)
-        self._core.create_item(
-            target._core, float(priority),
-            [(c._cols, c._ids, c._squeeze) for c in columns],
-        )
+        self._core.create_item(target._core, float(priority), columns)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None
               ) -> None:
@@ -472,6 +466,12 @@ def _seconds(timeout_ms: int | None) -> float | None:
 
 def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
                      ) -> None:
+    for column in columns:
+        if not isinstance(column, TrajectoryColumn):
+            raise TypeError(
+                "All leaves of the trajectory must be TrajectoryColumn, got "
+                f"{type(column).__name__}"
+            )
     specs = _nest.flatten(signature)
     if len(specs) != len(columns):
         raise ValueError(
