@@ -1,7 +1,12 @@
 # ChunkStore and WriterCore: the compiled side of TrajectoryWriter
 # (csrc/chunk.h, column.h, writer.h).  Included by _core.pyx.
 
-from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_FORMAT,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
 
 # numpy kind+itemsize -> Reverb's (TensorFlow's) dtype names, for messages.
 _TF_NAMES = {"f8": "double", "f4": "float", "f2": "half", "b1": "bool",
@@ -85,10 +90,38 @@ cdef inline str _shape_str(shape):
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+cdef char _format_kind(const char *fmt) noexcept:
+    """numpy kind ('f', 'i', 'u', 'b', 'c') of a native buffer format, or 0
+    (unsupported or non-native byte order: the caller converts with numpy)."""
+    if fmt == NULL:
+        return 0
+    if fmt[0] == b'=' or fmt[0] == b'@' or fmt[0] == b'<':
+        fmt += 1
+    if fmt[0] == 0 or fmt[1] != 0 and fmt[0] != b'Z':
+        return 0
+    if fmt[0] in b'efd':
+        return b'f'
+    if fmt[0] in b'bhilq':
+        return b'i'
+    if fmt[0] in b'BHILQ':
+        return b'u'
+    if fmt[0] == b'?':
+        return b'b'
+    if fmt[0] == b'Z' and fmt[1] in b'fd' and fmt[2] == 0:
+        return b'c'
+    return 0
+
+
+DEF _STEP_INLINE = 16
+_ndarray = np.ndarray
+_generic = np.generic  # numpy scalars export typed buffers too
+
+
 cdef class _Step:
-    """The values of one append, validated and pinned as C rows: numpy
-    buffers are held (not copied) until release().  With ``batched`` each
-    value has a leading environment axis that is not part of the spec."""
+    """The values of one append, validated and pinned as C rows: buffers of
+    numpy arrays and scalars are held (not copied) until release(); Python
+    floats, ints and bools are stored inline.  With ``batched`` each value
+    has a leading environment axis that is not part of the spec."""
 
     cdef Py_ssize_t n, n_views
     cdef int32_t *cols
@@ -96,53 +129,84 @@ cdef class _Step:
     cdef fr_spec *specs
     cdef Py_buffer *views
     cdef int64_t *strides  # bytes between environments (batched)
+    cdef int64_t *scalars  # storage of Python scalars (8 bytes each)
     cdef bint heavy        # enough bytes that releasing the GIL pays off
+    cdef bint owned        # arrays were malloc'ed (more than _STEP_INLINE)
+    cdef int32_t _cols[_STEP_INLINE]
+    cdef const void *_rows[_STEP_INLINE]
+    cdef fr_spec _specs[_STEP_INLINE]
+    cdef Py_buffer _views[_STEP_INLINE]
+    cdef int64_t _strides[_STEP_INLINE]
+    cdef int64_t _scalars[_STEP_INLINE]
 
-    def __cinit__(self, list paths, list cols, list values, int batched):
+    def __cinit__(self, list paths, list cols, list values, Py_ssize_t batched):
         cdef Py_ssize_t n = len(cols), i, d, lead = 1 if batched else 0
         cdef int64_t total = 0
-        cdef object arr
+        cdef Py_buffer *view
+        cdef fr_spec *spec
+        cdef char kind
+        cdef object v
         self.n = n
         self.n_views = 0
-        self.cols = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
-        self.rows = <const void **>malloc(max(n, 1) * sizeof(void *))
-        self.specs = <fr_spec *>malloc(max(n, 1) * sizeof(fr_spec))
-        self.views = <Py_buffer *>malloc(max(n, 1) * sizeof(Py_buffer))
-        self.strides = <int64_t *>malloc(max(n, 1) * sizeof(int64_t))
-        if not (self.cols and self.rows and self.specs and self.views and
-                self.strides):
-            raise MemoryError()
+        self.owned = n > _STEP_INLINE
+        if self.owned:
+            self.cols = <int32_t *>malloc(n * sizeof(int32_t))
+            self.rows = <const void **>malloc(n * sizeof(void *))
+            self.specs = <fr_spec *>malloc(n * sizeof(fr_spec))
+            self.views = <Py_buffer *>malloc(n * sizeof(Py_buffer))
+            self.strides = <int64_t *>malloc(n * sizeof(int64_t))
+            self.scalars = <int64_t *>malloc(n * sizeof(int64_t))
+            if not (self.cols and self.rows and self.specs and self.views and
+                    self.strides and self.scalars):
+                raise MemoryError()
+        else:
+            self.cols, self.rows, self.specs = self._cols, self._rows, self._specs
+            self.views, self.strides = self._views, self._strides
+            self.scalars = self._scalars
         for i in range(n):
             self.cols[i] = cols[i]
-            arr = values[i]
-            if type(arr) is not np.ndarray:
-                arr = np.asarray(arr)
-            if not arr.dtype.isnative:
-                arr = arr.astype(arr.dtype.newbyteorder("="))
-            kind = arr.dtype.kind
-            path = paths[self.cols[i]]
-            if kind not in _SUPPORTED_KINDS:
-                raise TypeError(
-                    f"Unsupported dtype {arr.dtype} for column {path}: "
-                    "fastreplay stores numeric and bool arrays only")
-            if arr.ndim - lead > FR_MAX_NDIM or arr.ndim < lead:
-                raise ValueError(f"column {path}: expected between {lead} and "
-                                 f"{FR_MAX_NDIM + lead} dimensions, got {arr.ndim}")
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
-            self.specs[i].dtype = ord(kind)
-            self.specs[i].itemsize = arr.dtype.itemsize
-            self.specs[i].ndim = arr.ndim - lead
-            for d in range(lead, arr.ndim):
-                self.specs[i].shape[d - lead] = arr.shape[d]
-            self.specs[i].row_bytes = arr.itemsize
-            for d in range(lead, arr.ndim):
-                self.specs[i].row_bytes *= arr.shape[d]
-            self.strides[i] = self.specs[i].row_bytes
-            total += arr.nbytes
-            PyObject_GetBuffer(arr, &self.views[self.n_views], PyBUF_ANY_CONTIGUOUS)
-            self.rows[i] = self.views[self.n_views].buf
+            v = values[i]
+            spec = &self.specs[i]
+            if not batched and (type(v) is float or type(v) is int
+                                or type(v) is bool):
+                _scalar_spec(v, spec, &self.scalars[i])
+                self.rows[i] = &self.scalars[i]
+                self.strides[i] = spec.row_bytes
+                continue
+            view = &self.views[self.n_views]
+            kind = 0
+            if type(v) is _ndarray or (isinstance(v, _generic) and
+                                       v.dtype.kind in _SUPPORTED_KINDS):
+                try:
+                    PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+                    kind = _format_kind(view.format)
+                    if kind == 0:
+                        PyBuffer_Release(view)
+                except (BufferError, ValueError):  # not C-contiguous: copy below
+                    kind = 0
+            if kind == 0:
+                v = _as_native_array(v, paths[self.cols[i]])
+                PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+                kind = _format_kind(view.format)
             self.n_views += 1
+            if view.ndim - lead > FR_MAX_NDIM or view.ndim < lead:
+                raise ValueError(
+                    f"column {paths[self.cols[i]]}: expected between {lead} and "
+                    f"{FR_MAX_NDIM + lead} dimensions, got {view.ndim}")
+            if batched and view.shape[0] != batched:
+                raise ValueError(
+                    f"column {paths[self.cols[i]]}: leading axis {view.shape[0]} "
+                    f"!= number of environments {batched}")
+            spec.dtype = kind
+            spec.itemsize = view.itemsize
+            spec.ndim = view.ndim - lead
+            spec.row_bytes = view.itemsize
+            for d in range(lead, view.ndim):
+                spec.shape[d - lead] = view.shape[d]
+                spec.row_bytes *= view.shape[d]
+            self.strides[i] = spec.row_bytes
+            self.rows[i] = view.buf
+            total += view.len
         self.heavy = total >= _NOGIL_MIN_BYTES
 
     cdef void release(self):
@@ -153,8 +217,40 @@ cdef class _Step:
 
     def __dealloc__(self):
         self.release()
-        free(self.cols); free(self.rows); free(self.specs); free(self.views)
-        free(self.strides)
+        if self.owned:
+            free(self.cols); free(self.rows); free(self.specs); free(self.views)
+            free(self.strides); free(self.scalars)
+
+
+cdef int _scalar_spec(object v, fr_spec *spec, int64_t *slot) except -1:
+    """Python bool, int and float as numpy would store them (bool, int64,
+    float64), written into ``slot``."""
+    spec.ndim = 0
+    spec.itemsize = spec.row_bytes = 8
+    if type(v) is float:
+        spec.dtype = b'f'
+        (<double *>slot)[0] = v
+    elif type(v) is bool:
+        spec.dtype = b'b'
+        spec.itemsize = spec.row_bytes = 1
+        (<uint8_t *>slot)[0] = v
+    else:
+        spec.dtype = b'i'
+        slot[0] = v  # OverflowError beyond int64, as numpy
+    return 0
+
+
+cdef object _as_native_array(object v, object path):
+    """A C-contiguous, native-order numpy array of a supported dtype."""
+    arr = np.asarray(v)
+    if arr.dtype.kind not in _SUPPORTED_KINDS:
+        raise TypeError(
+            f"Unsupported dtype {arr.dtype} for column {path}: fastreplay stores "
+            "numeric and bool arrays only")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    # (np.ascontiguousarray would turn a 0-d array into shape (1,).)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
@@ -177,8 +273,9 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
     axis N) goes to cores[e].  All writers are validated before any is
     written, so a bad value leaves every writer unchanged."""
     cdef Py_ssize_t n_envs = len(cores), e, i
-    cdef _Step step = _Step((<WriterCore>cores[0])._paths if n_envs else [],
-                            cols, values, 1)
+    if n_envs == 0:
+        return
+    cdef _Step step = _Step((<WriterCore>cores[0])._paths, cols, values, n_envs)
     cdef WriterCore core
     cdef int32_t bad = -1
     cdef int rc = FR_OK
@@ -187,12 +284,6 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
     try:
         if not rows or not ws:
             raise MemoryError()
-        for i in range(step.n):
-            if np.shape(values[i])[0] != n_envs:
-                raise ValueError(
-                    f"column {(<WriterCore>cores[0])._paths[step.cols[i]]}: leading "
-                    f"axis {np.shape(values[i])[0]} != number of environments "
-                    f"{n_envs}")
         for e in range(n_envs):
             core = cores[e]
             ws[e] = core._w
