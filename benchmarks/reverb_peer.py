@@ -65,10 +65,13 @@ class _Steps:
     """Precomputed steps and the writer loop shared by the writer and the fill."""
 
     def __init__(self, obs_shape: tuple[int, ...], obs_dtype: Any, steps: int,
-                 item_length: int, seed: int) -> None:
+                 item_length: int, seed: int, frames: list[np.ndarray] | None = None,
+                 max_in_flight: int | None = None) -> None:
         rng = np.random.default_rng(seed)
         dtype = np.dtype(obs_dtype)
-        if dtype.kind in "iu":
+        if frames is not None:  # the caller's observations, reused cyclically
+            obs = np.stack([frames[i % len(frames)] for i in range(steps)])
+        elif dtype.kind in "iu":
             info = np.iinfo(dtype)
             shape = (steps, *obs_shape)
             obs = rng.integers(info.min, info.max, shape, dtype, endpoint=True)
@@ -81,6 +84,7 @@ class _Steps:
                      for i in range(steps)]
         self.keys = tuple(self.data[0])
         self.item_length = item_length
+        self.max_in_flight = max_in_flight
         self.total = 0  # steps appended so far, across runs
 
     def write(self, writer: Any, n_steps: int, until_items: int | None = None) -> int:
@@ -96,6 +100,8 @@ class _Steps:
                 history = writer.history
                 writer.create_item(TABLE, 1.0, {k: history[k][-length:] for k in keys})
                 items += 1
+                if self.max_in_flight is not None:  # as Acme's adders do
+                    writer.flush(self.max_in_flight)
             if self.total % EPISODE_STEPS == 0:
                 writer.end_episode()
         writer.flush()
@@ -189,14 +195,18 @@ class ReverbSampler(_Peer):
 
 
 def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
-                  steps: int = 5_000, item_length: int = 5, seed: int = 0
-                  ) -> ReverbWriter | None:
-    """Writer workload with ``steps`` precomputed observations (reused cyclically)."""
+                  steps: int = 5_000, item_length: int = 5, seed: int = 0,
+                  frames: list[np.ndarray] | None = None,
+                  max_in_flight: int | None = None) -> ReverbWriter | None:
+    """Writer workload with ``steps`` precomputed observations (reused
+    cyclically; ``frames`` supplies them instead of random data), calling
+    ``flush(max_in_flight)`` after every item when that is given."""
 
     def build() -> ReverbWriter:
         import reverb
 
-        data = _Steps(obs_shape, obs_dtype, steps, item_length, seed)
+        data = _Steps(obs_shape, obs_dtype, steps, item_length, seed, frames,
+                      max_in_flight)
         return ReverbWriter(reverb, data)
 
     return _guard("reverb_writer", build)

@@ -21,21 +21,33 @@ import fastreplay
 STEPS = 1000
 
 
-@pytest.mark.parametrize("kind", ["small", "atari"])
+KINDS = ["small", "atari", "small+flush5", "atari+flush5"]
+
+
+def _obs(kind: str):  # type: ignore[no-untyped-def]
+    return workloads.ATARI_OBS if kind.startswith("atari") else workloads.SMALL_OBS
+
+
+def _in_flight(kind: str) -> int | None:
+    return 5 if kind.endswith("+flush5") else None
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.benchmark(group="writer: append + length-5 item per step (1000 steps)")
 def test_writer_fastreplay(benchmark, kind) -> None:
-    obs = workloads.SMALL_OBS if kind == "small" else workloads.ATARI_OBS
-    work = workloads.WriterWorkload(obs)
+    work = workloads.WriterWorkload(_obs(kind), max_in_flight=_in_flight(kind))
     benchmark.pedantic(work.run, args=(STEPS,), rounds=5, warmup_rounds=1)
     benchmark.extra_info["steps_per_round"] = STEPS
 
 
-@pytest.mark.parametrize("kind", ["small", "atari"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.benchmark(group="writer: append + length-5 item per step (1000 steps)")
 def test_writer_reverb(benchmark, kind) -> None:
     reverb_peer = pytest.importorskip("reverb_peer")
-    obs = workloads.SMALL_OBS if kind == "small" else workloads.ATARI_OBS
-    work = reverb_peer.reverb_writer(obs_shape=obs[0], obs_dtype=obs[1])
+    shape, dtype = _obs(kind)
+    frames = workloads.atari_frames(64) if kind.startswith("atari") else None
+    work = reverb_peer.reverb_writer(obs_shape=shape, obs_dtype=dtype, frames=frames,
+                                     max_in_flight=_in_flight(kind))
     if work is None:
         pytest.skip(f"dm-reverb: {reverb_peer.UNAVAILABLE.get('reverb_writer')}")
     benchmark.pedantic(work.run, args=(STEPS,), rounds=5, warmup_rounds=1)

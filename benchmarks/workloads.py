@@ -78,11 +78,13 @@ class WriterWorkload:
     """Append steps ``{observation, action, reward}`` and, once 5 steps are
     available, create one item per step over the last 5 steps (SARS-style
     overlapping items) into a Prioritized table of capacity 1e6;
-    ``end_episode`` every 1,000 steps."""
+    ``end_episode`` every 1,000 steps; with ``max_in_flight``, also
+    ``flush(max_in_flight)`` after each item as Acme's adders do."""
 
     def __init__(self, obs: tuple[tuple[int, ...], Any], num_obs: int = 64,
                  chunk_store: fastreplay.ChunkStore | None = None,
-                 table: fastreplay.Table | None = None) -> None:
+                 table: fastreplay.Table | None = None,
+                 max_in_flight: int | None = None) -> None:
         shape, dtype = obs
         if dtype == np.uint8 and shape == ATARI_OBS[0]:
             self.obs = atari_frames(num_obs)
@@ -97,6 +99,7 @@ class WriterWorkload:
             self.table, 5, chunk_store=chunk_store or fastreplay.ChunkStore()
         )
         self.steps = 0
+        self.max_in_flight = max_in_flight
 
     def run(self, n_steps: int) -> None:
         w, obs = self.writer, self.obs
@@ -111,6 +114,8 @@ class WriterWorkload:
                     "action": h["action"][-5:],
                     "reward": h["reward"][-5:],
                 })
+                if self.max_in_flight is not None:  # as Acme's adders do
+                    w.flush(self.max_in_flight)
             self.steps += 1
             if self.steps % 1000 == 0:
                 w.end_episode()
