@@ -1,5 +1,7 @@
 #include "keymap.h"
 
+#include "mem.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +12,7 @@ static void mark_empty(fr_keymap_slot *b, size_t n) {
 }
 
 static int alloc_buckets(fr_keymap *m, size_t n) {
-    fr_keymap_slot *b = malloc(n * sizeof *b);
+    fr_keymap_slot *b = fr_alloc_large(n * sizeof *b);
     if (!b) return FR_ENOMEM;
     mark_empty(b, n);
     m->b = b;

@@ -1,5 +1,7 @@
 #include "sumtree.h"
 
+#include "mem.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +11,8 @@
 static size_t round_up(size_t n, size_t k) { return (n + k - 1) / k * k; }
 
 static double *alloc_zeroed(size_t n) {
-    double *p = aligned_alloc(ALIGN, round_up(n * sizeof(double), ALIGN));
+    size_t bytes = round_up(n * sizeof(double), ALIGN);
+    double *p = bytes >= FR_HUGE_MIN ? fr_alloc_large(bytes) : aligned_alloc(ALIGN, bytes);
     if (p) memset(p, 0, n * sizeof(double));
     return p;
 }

@@ -44,7 +44,7 @@ void fr_sumtree_set(fr_sumtree *t, size_t i, double w);
 
 /* Hint the cache lines that fr_sumtree_set(t, i, .) reads first. */
 FR_INLINE void fr_sumtree_prefetch(const fr_sumtree *t, size_t i) {
-    for (int l = 0; l < t->depth && l < 3; l++, i /= FR_SUMTREE_FANOUT)
+    for (int l = 0; l < t->depth && l < 2; l++, i /= FR_SUMTREE_FANOUT)
         __builtin_prefetch(t->levels[l] + i / FR_SUMTREE_FANOUT * FR_SUMTREE_FANOUT);
 }
 

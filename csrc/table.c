@@ -2,6 +2,8 @@
 
 #include "table.h"
 
+#include "mem.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -81,9 +83,9 @@ static int init_cond(pthread_cond_t *cv) {
  * free stack. */
 static int grow_slots(fr_table *t, size_t cap) {
     if (cap > INT32_MAX) return FR_EFULL;
-    fr_item *items = realloc(t->items, cap * sizeof *items);
-    if (!items) return FR_ENOMEM;
-    t->items = items;
+    if (fr_grow_large((void **)&t->items, t->capacity * sizeof *t->items,
+                      cap * sizeof *t->items))
+        return FR_ENOMEM;
     int32_t *fs = realloc(t->free_slots, cap * sizeof *fs);
     if (!fs) return FR_ENOMEM;
     t->free_slots = fs;
@@ -514,35 +516,37 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
     return rc;
 }
 
-#define FR_PIPELINE 16
+/* Prefetch distance, in items, of the update pipeline below. */
+#define FR_AHEAD 8
 
-/* Set the priorities of present keys, in groups whose cache misses are
- * overlapped: prefetch the index buckets, then the items and tree paths,
- * then apply. */
+/* Set the priorities of present keys as a three-stage software pipeline:
+ * item i's index bucket is prefetched, FR_AHEAD items later its slot is
+ * looked up and its item and tree path prefetched, and FR_AHEAD items after
+ * that it is applied, so each stage's cache misses overlap the others. */
 static void apply_updates(fr_table *t, int64_t n, const uint64_t *keys,
                           const double *priorities) {
-    int32_t slots[FR_PIPELINE];
-    for (int64_t base = 0; base < n; base += FR_PIPELINE) {
-        int64_t m = n - base < FR_PIPELINE ? n - base : FR_PIPELINE;
-        for (int64_t g = 0; g < m; g++)
-            fr_keymap_prefetch(&t->index, keys[base + g]);
-        for (int64_t g = 0; g < m; g++) {
-            int32_t slot = fr_keymap_get(&t->index, keys[base + g]);
-            slots[g] = slot;
-            if (slot < 0) continue;
-            __builtin_prefetch(&t->items[slot]);
-            fr_selector_prefetch(&t->sampler, slot);
-            fr_selector_prefetch(&t->remover, slot);
+    int32_t slots[2 * FR_AHEAD];
+    for (int64_t i = 0; i < n + 2 * FR_AHEAD; i++) {
+        if (i < n) fr_keymap_prefetch(&t->index, keys[i]);
+        int64_t j = i - FR_AHEAD;
+        if (j >= 0 && j < n) {
+            int32_t slot = fr_keymap_get(&t->index, keys[j]);
+            slots[j % (2 * FR_AHEAD)] = slot;
+            if (slot >= 0) {
+                __builtin_prefetch(&t->items[slot]);
+                fr_selector_prefetch(&t->sampler, slot);
+                fr_selector_prefetch(&t->remover, slot);
+            }
         }
-        for (int64_t g = 0; g < m; g++) {
-            int32_t slot = slots[g];
-            if (slot < 0) continue;
-            double p = priorities[base + g];
-            t->items[slot].priority = p;
-            fr_selector_update(&t->sampler, slot, p);
-            fr_selector_update(&t->remover, slot, p);
-            t->st.num_updates++;
-        }
+        int64_t k = i - 2 * FR_AHEAD;
+        if (k < 0 || k >= n) continue;
+        int32_t slot = slots[k % (2 * FR_AHEAD)];
+        if (slot < 0) continue;
+        double p = priorities[k];
+        t->items[slot].priority = p;
+        fr_selector_update(&t->sampler, slot, p);
+        fr_selector_update(&t->remover, slot, p);
+        t->st.num_updates++;
     }
 }
 
