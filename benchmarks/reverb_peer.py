@@ -37,28 +37,15 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import numpy as np
 
-UNAVAILABLE: dict[str, str] = {}
-"""Workload name -> why its builder returned None ("ExceptionType: message")."""
+from peers import UNAVAILABLE, _guard  # one registry of unavailable peers
 
 TABLE = "bench"
 EPISODE_STEPS = 1_000
-_W = TypeVar("_W")
-
-
-def _guard(name: str, build: Callable[[], _W]) -> _W | None:
-    """Run ``build``; on any failure record the reason and return None."""
-    try:
-        result = build()
-    except Exception as exc:  # noqa: BLE001 - any failure means "peer unavailable"
-        UNAVAILABLE[name] = f"{type(exc).__name__}: {exc}"
-        return None
-    UNAVAILABLE.pop(name, None)
-    return result
 
 
 class _Steps:
