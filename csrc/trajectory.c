@@ -88,3 +88,41 @@ void fr_trajectory_payload_release(void *ctx, uint64_t payload) {
     (void)ctx;
     if (payload) fr_trajectory_release((fr_trajectory *)(uintptr_t)payload);
 }
+
+/* Rows of a ready chunk, decompressed through a small direct-mapped cache
+ * of (chunk, rows) entries laid out as [slots][keys | rows]. */
+static const unsigned char *cached_rows(const fr_chunk *c, void *cache,
+                                        int64_t each, int32_t slots) {
+    if (!c->compressed) return c->data;
+    int64_t need = (int64_t)c->n_rows * c->row_bytes;
+    if (slots <= 0 || need > each) return NULL;
+    const fr_chunk **keys = cache;
+    unsigned char *rows = (unsigned char *)cache + (size_t)slots * sizeof(void *);
+    size_t h = (size_t)((c->key * 0x9e3779b97f4a7c15ULL) >> 32) % (size_t)slots;
+    unsigned char *slot = rows + (size_t)h * (size_t)each;
+    if (keys[h] == c) return slot;
+    keys[h] = NULL;
+    if (!fr_chunk_rows(c, slot)) return NULL;
+    keys[h] = c;
+    return slot;
+}
+
+int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
+                           void *out, int64_t item_stride, void *cache,
+                           int64_t cache_bytes_each, int32_t cache_slots) {
+    unsigned char *base = out;
+    for (int64_t b = 0; b < n; b++) {
+        const fr_traj_column *c = &ts[b]->columns[col];
+        unsigned char *dst = base + b * item_stride;
+        for (int32_t i = 0; i < c->n_slices; i++) {
+            const fr_slice *s = &ts[b]->slices[c->first_slice + i];
+            const unsigned char *rows =
+                cached_rows(s->chunk, cache, cache_bytes_each, cache_slots);
+            if (!rows) return FR_ECORRUPT;
+            size_t bytes = (size_t)s->length * (size_t)s->chunk->row_bytes;
+            memcpy(dst, rows + (int64_t)s->offset * s->chunk->row_bytes, bytes);
+            dst += bytes;
+        }
+    }
+    return FR_OK;
+}

@@ -75,6 +75,16 @@ int fr_trajectory_ready(const fr_trajectory *t);
 int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
                               void *scratch);
 
+/* Copy column `col` of n trajectories into out: item b's rows start at
+ * out + b * item_stride bytes.  Every trajectory must have that column with
+ * the same spec and length (the caller checks).  Compressed chunks are
+ * decompressed once per call even when several items share them: `cache`
+ * holds up to cache_slots (chunk, rows) pairs of cache_bytes_each bytes.
+ * FR_OK or FR_ECORRUPT. */
+int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
+                           void *out, int64_t item_stride, void *cache,
+                           int64_t cache_bytes_each, int32_t cache_slots);
+
 /* fr_payload_ops hooks for tables whose payloads are trajectories (0 is no
  * trajectory). */
 void fr_trajectory_payload_retain(void *ctx, uint64_t payload);

@@ -17,6 +17,8 @@ from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
 from fastreplay.errors import DeadlineExceededError, ReverbError
 from fastreplay.history import TrajectoryColumn, WeakCellRef
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.client import Client, SampleDataset
+from fastreplay.server import Server
 from fastreplay.table import Table, TableInfo
 from fastreplay.vector_writer import VectorTrajectoryWriter
 from fastreplay.writer import TrajectoryWriter
@@ -26,12 +28,15 @@ item_selectors = selectors
 __all__ = [
     "AutoTunedChunkerOptions",
     "ChunkStore",
+    "Client",
     "ConstantChunkerOptions",
     "DeadlineExceededError",
     "ReplaySample",
     "ReverbError",
     "SampleInfo",
+    "SampleDataset",
     "SampleInfoBatch",
+    "Server",
     "Table",
     "TableInfo",
     "TrajectoryColumn",

@@ -178,6 +178,10 @@ cdef extern from "trajectory.h" nogil:
     int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
                                   void *scratch)
     int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t)
+    int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
+                               void *out, int64_t item_stride, void *cache,
+                               int64_t cache_bytes_each, int32_t cache_slots)
+    int fr_spec_equal(const fr_spec *a, const fr_spec *b)
     void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
 

@@ -15,6 +15,62 @@ cdef tuple _shape_of(const fr_spec *spec):
     return tuple([spec.shape[i] for i in range(spec.ndim)])
 
 
+DEF _CACHE_SLOTS = 16
+
+
+cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
+    """Stack column c of the n trajectories into one array per column."""
+    if n == 0:
+        return [], []
+    cdef int64_t b, most = 0, got
+    cdef int32_t c, n_cols
+    cdef fr_traj_column *first
+    cdef fr_traj_column *other
+    for b in range(n):
+        if ts[b] == NULL:
+            raise ValueError(f"Table '{table}' holds items without data "
+                             "(inserted by key only); sample() them instead")
+    n_cols = ts[0].n_columns
+    for b in range(1, n):
+        if ts[b].n_columns != n_cols:
+            raise ValueError(f"Items sampled from table '{table}' have different "
+                             "numbers of columns; use sample() for such items")
+        for c in range(n_cols):
+            first, other = &ts[0].columns[c], &ts[b].columns[c]
+            if (not fr_spec_equal(&first.spec, &other.spec) or
+                    first.length != other.length or first.squeeze != other.squeeze):
+                raise ValueError(
+                    f"Items sampled from table '{table}' differ in column {c} "
+                    "(dtype, shape, length or squeeze); use sample() for such "
+                    "items")
+    for b in range(n):
+        got = fr_trajectory_scratch_bytes(ts[b])
+        if got > most:
+            most = got
+    cache = np.zeros(_CACHE_SLOTS * (8 + most) + 8, dtype=np.uint8)
+    cdef unsigned char[::1] cv = cache
+    columns, squeeze = [], []
+    cdef unsigned char[::1] ov
+    cdef int64_t stride
+    cdef int rc = FR_OK
+    for c in range(n_cols):
+        first = &ts[0].columns[c]
+        shape = _shape_of(&first.spec)
+        out = np.empty((n,) + (() if first.squeeze else (first.length,)) + shape,
+                       dtype=_dtype_of(&first.spec))
+        stride = out.nbytes // n
+        if stride:
+            ov = out.reshape(-1).view(np.uint8)
+            cv[:_CACHE_SLOTS * 8] = 0  # forget cached chunks of other columns
+            with nogil:
+                rc = fr_trajectories_gather(ts, n, c, &ov[0], stride, &cv[0],
+                                            most, _CACHE_SLOTS)
+            _raise_for_status(rc, f"table '{table}', column {c}")
+        columns.append(out)
+        squeeze.append(bool(first.squeeze))
+    return columns, squeeze
+
+
 cdef class SampledTrajectory:
     """One reference to a sampled item's trajectory (chunk slices per
     column); released when this object is freed."""
@@ -201,6 +257,47 @@ cdef class TableCore:
             return (keys[:done], probs[:done], prios[:done], times[:done],
                     sizes[:done], data)
         return keys, probs, prios, times, sizes, data
+
+    def sample_batch(self, Py_ssize_t n, timeout=None):
+        """Sample up to n items and gather their data into stacked arrays.
+
+        Returns ``(keys, probabilities, priorities, times_sampled,
+        table_sizes, columns, squeeze)``: ``columns[c]`` is ``[B, T, *shape]``
+        (``[B, *shape]`` when squeezed).  Every sampled item must have the
+        same columns, dtypes and lengths.  Selection and gathering (with
+        decompression) run without the GIL.
+        """
+        if n < 1:
+            raise ValueError(f"num_samples ({n}) must be a positive integer")
+        cdef int64_t tns = _timeout_ns(timeout)
+        keys = np.empty(n, dtype=np.uint64)
+        probs = np.empty(n, dtype=np.float64)
+        prios = np.empty(n, dtype=np.float64)
+        times = np.empty(n, dtype=np.int64)
+        sizes = np.empty(n, dtype=np.int64)
+        pays = np.zeros(n, dtype=np.uint64)
+        cdef uint64_t[::1] kv = keys
+        cdef double[::1] bv = probs
+        cdef double[::1] qv = prios
+        cdef int64_t[::1] tv = times
+        cdef int64_t[::1] sv = sizes
+        cdef uint64_t[::1] yv = pays
+        cdef int64_t done = 0
+        cdef int rc
+        with nogil:
+            rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0], &tv[0],
+                                 &sv[0], &yv[0], &done)
+        if rc != FR_OK:
+            _raise_for_status(rc, self._ctx())
+        try:
+            columns, squeeze = _gather(<fr_trajectory **>&yv[0], done, self.name)
+        finally:
+            for i in range(done):
+                fr_trajectory_payload_release(NULL, yv[i])
+        if done < n:
+            keys, probs, prios = keys[:done], probs[:done], prios[:done]
+            times, sizes = times[:done], sizes[:done]
+        return keys, probs, prios, times, sizes, columns, squeeze
 
     def mutate(self, update_keys, update_priorities, delete_keys) -> None:
         """Delete ``delete_keys``, then set priorities (unknown keys ignored).

@@ -161,6 +161,9 @@ class Table:
         if tuple(extensions):
             raise ValueError("table extensions are not supported by fastreplay")
         self._signature = _check_signature(signature)
+        #: Structure (nest with None leaves) of the last trajectory a writer
+        #: created here, used to unpack batches when there is no signature.
+        self._structure: Any = None
         if rate_limiter._table is not None:
             rate_limiter._bind(name)  # raises: the limiter belongs to a table
         self._name = name

@@ -179,6 +179,7 @@ class TrajectoryWriter:
         self._columns = _Columns(self._add_column)
         self._history: Any = None
         self._generation = 0  # end_episode(clear_buffers=True) calls so far
+        self._structures: dict[tuple[Any, ...], Any] = {}
         self._closed = False
 
     # ----- structure and columns -----
@@ -337,6 +338,17 @@ class TrajectoryWriter:
         if self._validate_items and target.signature is not None:
             _check_signature(table, target.signature, columns)
         self._core.create_item(target._core, float(priority), columns)
+        target._structure = self._structure_of(trajectory, len(columns))
+
+    def _structure_of(self, trajectory: Any, n_leaves: int) -> Any:
+        """The trajectory's nest with None leaves (cached for flat dicts)."""
+        if type(trajectory) is dict and len(trajectory) == n_leaves:
+            key = tuple(trajectory)
+            structure = self._structures.get(key)
+            if structure is None:
+                structure = self._structures[key] = dict.fromkeys(trajectory)
+            return structure
+        return _nest.map_structure(lambda _: None, trajectory)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None
               ) -> None:

@@ -1,0 +1,307 @@
+"""``Client``: Reverb's client API over servers of this process.
+
+``Client('localhost:PORT')`` resolves to the ``Server`` of this process that
+reserved that port; the calls then go straight to its tables (no
+serialization).  fastreplay adds ``sample_batch`` (stacked numpy arrays,
+gathered in C without the GIL) and ``dataset`` (a prefetching iterator).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fastreplay import _nest, errors
+from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.server import Server, lookup
+from fastreplay.table import Table, TableInfo
+from fastreplay.writer import TrajectoryWriter
+
+__all__ = ["Client"]
+
+
+def _resolve(address: str) -> Server:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"server address must be 'host:port', got {address!r}")
+    if host not in ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0", ""):
+        raise ValueError(
+            f"No fastreplay server at {address}: only servers of this process "
+            "(localhost) can be reached; a network transport is not available yet"
+        )
+    server = lookup(int(port))
+    if server is None:
+        raise ValueError(
+            f"No fastreplay server at {address} in this process (is it started, "
+            "or already stopped?)"
+        )
+    return server
+
+
+class Client:
+    """Client of a fastreplay ``Server`` (Reverb's ``reverb.Client``).
+
+    Parameters
+    ----------
+    server_address : str
+        ``'localhost:PORT'`` of a server of this process.
+    """
+
+    def __init__(self, server_address: str) -> None:
+        self._server_address = server_address
+        self._server = _resolve(server_address)
+
+    @property
+    def server_address(self) -> str:
+        return self._server_address
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Client, (self._server_address,)
+
+    def __repr__(self) -> str:
+        return f"Client(server_address={self._server_address!r})"
+
+    def _table(self, name: str) -> Table:
+        table = self._server._tables.get(name)
+        if table is None:
+            raise ValueError(
+                f'Could not find table "{name}". The following tables exists: '
+                f"{', '.join(sorted(self._server._tables))}"
+            )
+        return table
+
+    # ----- writing -----
+
+    def trajectory_writer(self, num_keep_alive_refs: int, *,
+                          validate_items: bool = True) -> TrajectoryWriter:
+        """A TrajectoryWriter into this server's tables."""
+        if num_keep_alive_refs < 1:
+            raise ValueError(
+                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive "
+                "integer"
+            )
+        return TrajectoryWriter(self._server._tables, num_keep_alive_refs,
+                                validate_items=validate_items,
+                                chunk_store=self._server.chunk_store)
+
+    def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
+        """Insert ``data`` (a nest of one step) as one item into each table
+        of ``priorities`` (table -> priority); blocks until inserted."""
+        if not priorities:
+            raise ValueError("priorities must contain at least one item")
+        for name in priorities:
+            self._table(name)
+        writer = TrajectoryWriter(self._server._tables, 1,
+                                  chunk_store=self._server.chunk_store)
+        writer.append(data)
+        step = _nest.map_structure(lambda h: h[-1:], writer.history)
+        for name, priority in priorities.items():
+            writer.create_item(name, priority, step)
+        writer.flush()
+        writer.close()
+
+    # ----- sampling -----
+
+    def sample(self, table: str, num_samples: int = 1, *,
+               emit_timesteps: bool = True,
+               unpack_as_table_signature: bool = False) -> Iterator[Any]:
+        """Yield ``num_samples`` samples, each blocking until available.
+
+        With ``emit_timesteps`` each sample is a list of ``ReplaySample``, one
+        per timestep; otherwise one ``ReplaySample`` whose data is the flat
+        list of the item's columns (or the table signature's nest).
+        """
+        target = self._table(table)
+        if num_samples < 1:
+            raise ValueError(f"num_samples ({num_samples}) must be a positive integer")
+        signature = target.signature if unpack_as_table_signature else None
+        if unpack_as_table_signature and signature is None:
+            raise ValueError(f"Table '{table}' has no signature to unpack samples with")
+        for _ in range(num_samples):
+            (sample,) = target.sample_items(1)
+            if emit_timesteps:
+                yield _split_timesteps(sample)
+            elif signature is not None:
+                yield ReplaySample(sample.info, _nest.unflatten_as(signature,
+                                                                   sample.data))
+            else:
+                yield sample
+
+    def sample_batch(self, table: str, batch_size: int, *,
+                     timeout: float | None = None
+                     ) -> tuple[SampleInfoBatch, Any]:
+        """Sample ``batch_size`` items as stacked arrays (fastreplay addition).
+
+        Returns ``(info, data)``: ``info`` holds numpy arrays of keys,
+        probabilities, table sizes, priorities and times sampled; ``data`` is
+        the trajectory nest (as written, or the table signature's) with
+        ``[B, T, ...]`` arrays (``[B, ...]`` for squeezed columns).  A timeout
+        after at least one sample returns a shorter batch.
+        """
+        target = self._table(table)
+        keys, probs, prios, times, sizes, columns, _ = target._core.sample_batch(
+            batch_size, timeout
+        )
+        info = SampleInfoBatch(keys, probs, sizes, prios, times)
+        structure = target.signature if target.signature is not None \
+            else target._structure
+        if structure is not None and len(_nest.flatten(structure)) == len(columns):
+            return info, _nest.unflatten_as(structure, columns)
+        return info, columns
+
+    def dataset(self, table: str, batch_size: int, *, prefetch: int = 2,
+                num_workers: int = 1, timeout: float | None = None
+                ) -> SampleDataset:
+        """Iterator of ``sample_batch`` results filled by background threads."""
+        self._table(table)
+        return SampleDataset(self, table, batch_size, prefetch, num_workers, timeout)
+
+    # ----- priorities and tables -----
+
+    def mutate_priorities(self, table: str,
+                          updates: Mapping[int, float] | None = None,
+                          deletes: Iterable[int] | None = None) -> None:
+        """Delete keys, then update priorities (unknown keys are ignored)."""
+        self._table(table).mutate_priorities(updates, deletes)
+
+    def update_priorities(self, table: str, keys: npt.ArrayLike,
+                          priorities: npt.ArrayLike) -> None:
+        """Vectorised priority update (unknown keys are ignored)."""
+        self._table(table).update_priorities(keys, priorities)
+
+    def reset(self, table: str) -> None:
+        """Delete every item of ``table`` and reset its rate limiter."""
+        self._table(table).reset()
+
+    def server_info(self, timeout: float | None = None) -> dict[str, TableInfo]:
+        """TableInfo of every table, by name."""
+        return {name: t.info for name, t in self._server._tables.items()}
+
+    def checkpoint(self) -> str:
+        """Write every table to the server's checkpointer; returns the path."""
+        checkpointer = self._server.checkpointer
+        if checkpointer is None:
+            raise errors.InvalidArgumentError(
+                "no Checkpointer configured for the replay service."
+            )
+        return str(checkpointer.save(self._server._tables, self._server.chunk_store))
+
+
+def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
+    data = sample.data
+    lengths = {1 if np.ndim(c) == 0 else len(c) for c in data}
+    if len(lengths) != 1:
+        raise ValueError("Can't split non timestep trajectory into timesteps.")
+    (length,) = lengths
+    return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]
+
+
+class SampleDataset:
+    """Iterator of ``(info, data)`` batches, prefetched by worker threads.
+
+    Batches are numpy arrays owned by the consumer (``torch.from_numpy`` and
+    ``jax.numpy.asarray`` take them without a copy).  ``close()`` (or leaving
+    a ``with`` block) stops the workers; iteration ends after ``close`` or
+    when a finite ``timeout`` expires with nothing to sample.
+    """
+
+    def __init__(self, client: Client, table: str, batch_size: int,
+                 prefetch: int, num_workers: int, timeout: float | None) -> None:
+        if batch_size < 1 or prefetch < 1 or num_workers < 1:
+            raise ValueError("batch_size, prefetch and num_workers must be >= 1")
+        import queue
+
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self._stop = threading.Event()
+        self._client, self._table = client, table
+        self._batch_size, self._timeout = batch_size, timeout
+        self._workers = [threading.Thread(target=self._work, daemon=True,
+                                          name=f"fastreplay-dataset-{i}")
+                         for i in range(num_workers)]
+        self._done = 0
+        for w in self._workers:
+            w.start()
+
+    def _batch(self) -> Any:
+        """One full batch, sampled in slices of at most 0.1 s so that close()
+        is noticed; parts of a throttled batch are concatenated."""
+        import time
+
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        parts: list[Any] = []
+        need = self._batch_size
+        while need > 0:
+            if self._stop.is_set():
+                raise errors.TableClosedError("dataset closed")
+            wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if wait < 0:
+                raise errors.DeadlineExceededError(
+                    f"no full batch of {self._batch_size} within {self._timeout} s"
+                )
+            try:
+                info, data = self._client.sample_batch(self._table, need, timeout=wait)
+            except errors.DeadlineExceededError:
+                continue
+            parts.append((info, data))
+            need -= len(info)
+        if len(parts) == 1:
+            return parts[0]
+        info = SampleInfoBatch(*[np.concatenate(f) for f in zip(*[p[0] for p in parts])])
+        flat = [np.concatenate(cols) for cols in zip(*[_nest.flatten(p[1]) for p in parts])]
+        return info, _nest.unflatten_as(parts[0][1], flat)
+
+    def _work(self) -> None:
+        import queue
+
+        item: Any
+        while not self._stop.is_set():
+            try:
+                item = self._batch()
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def __iter__(self) -> SampleDataset:
+        return self
+
+    def __next__(self) -> tuple[SampleInfoBatch, Any]:
+        import queue
+
+        while True:
+            if self._done == len(self._workers):
+                raise StopIteration
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise StopIteration from None
+                continue
+            if isinstance(item, (errors.DeadlineExceededError, errors.TableClosedError)):
+                self._done += 1
+                continue
+            if isinstance(item, BaseException):
+                self.close()
+                raise item
+            return item  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._stop.set()
+        for w in self._workers:
+            w.join(timeout=5)
+
+    def __enter__(self) -> SampleDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,140 @@
+"""``Server``: holds tables in this process (Reverb's ``reverb.Server``).
+
+A server reserves a TCP port on localhost, so Reverb code that connects with
+``Client(f'localhost:{server.port}')`` works unchanged: an address that names
+a server of this process resolves to it directly, with no serialization.  (A
+network transport for clients in other processes will live behind the same
+address.)
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from fastreplay import _core
+from fastreplay.table import Table
+
+if TYPE_CHECKING:
+    from fastreplay.client import Client
+
+__all__ = ["Server"]
+
+_SERVERS: weakref.WeakValueDictionary[int, Server] = weakref.WeakValueDictionary()
+_LOCK = threading.Lock()
+
+
+def _reserve_port(port: int | None) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", port or 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def lookup(port: int) -> Server | None:
+    """The running server of this process on ``port``, if any."""
+    with _LOCK:
+        return _SERVERS.get(port)
+
+
+class Server:
+    """Tables served in this process.
+
+    Parameters
+    ----------
+    tables : iterable of Table
+        At least one, with distinct names.
+    port : int, optional
+        Port to reserve on localhost; a free one is picked when None.
+    checkpointer : Checkpointer, optional
+        Where ``client.checkpoint()`` writes (and from where this server
+        restores at start-up).
+
+    Raises
+    ------
+    ValueError
+        No tables, or two with the same name.
+    """
+
+    def __init__(self, tables: Iterable[Table], port: int | None = None,
+                 checkpointer: Any = None) -> None:
+        tables = list(tables)
+        if not tables:
+            raise ValueError("At least one table must be provided")
+        names = [t.name for t in tables]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(
+                f"Multiple items in tables have the same name: {', '.join(duplicates)}"
+            )
+        self._tables = {t.name: t for t in tables}
+        self._store = _core.ChunkStore()
+        self._checkpointer = checkpointer
+        if checkpointer is not None:
+            checkpointer.restore(self._tables, self._store)
+        self._socket = _reserve_port(port)
+        self._port = int(self._socket.getsockname()[1])
+        self._stopped = threading.Event()
+        with _LOCK:
+            _SERVERS[self._port] = self
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def tables(self) -> dict[str, Table]:
+        return dict(self._tables)
+
+    @property
+    def chunk_store(self) -> _core.ChunkStore:
+        """Accounting of every chunk written through this server's clients."""
+        return self._store
+
+    @property
+    def checkpointer(self) -> Any:
+        return self._checkpointer
+
+    def localhost_client(self) -> Client:
+        from fastreplay.client import Client
+
+        return Client(f"localhost:{self._port}")
+
+    def stop(self) -> None:
+        """Stop serving: close every table (waiting calls raise) and release
+        the port.  Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        with _LOCK:
+            if _SERVERS.get(self._port) is self:
+                del _SERVERS[self._port]
+        for table in self._tables.values():
+            table.close()
+        self._socket.close()
+
+    def wait(self) -> None:
+        """Block until ``stop`` is called (Ctrl-C raises KeyboardInterrupt)."""
+        while not self._stopped.wait(0.5):
+            pass
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"Server(port={self._port}, tables={sorted(self._tables)})"
