@@ -51,10 +51,14 @@ void fr_column_free(fr_column *c) {
     memset(c, 0, sizeof *c);
 }
 
+int fr_should_compress(const fr_spec *spec) {
+    return fr_codec_available() && spec->row_bytes >= FR_COMPRESS_MIN_ROW_BYTES;
+}
+
 void fr_column_set_spec(fr_column *c, const fr_spec *spec) {
     c->spec = *spec;
     c->has_spec = 1;
-    c->compress = fr_codec_available() && spec->row_bytes >= FR_COMPRESS_MIN_ROW_BYTES;
+    c->compress = fr_should_compress(spec);
 }
 
 /* Capacity of the open-chunk buffer: the longest chunk the options allow. */

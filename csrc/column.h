@@ -70,6 +70,10 @@ typedef struct fr_column {
 void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt);
 void fr_column_free(fr_column *c);
 
+/* The compression rule: whether chunks of rows of `spec` are LZ4-compressed
+ * (rows of at least 256 bytes, when the codec is available). */
+int fr_should_compress(const fr_spec *spec);
+
 /* Set the spec on the first value; decides compression (rule in column.c). */
 void fr_column_set_spec(fr_column *c, const fr_spec *spec);
 

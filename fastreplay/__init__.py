@@ -18,12 +18,13 @@ from fastreplay.errors import DeadlineExceededError, ReverbError
 from fastreplay.history import TrajectoryColumn, WeakCellRef
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.client import Client, SampleDataset
+from fastreplay.replay_buffer import ReplayBuffer
 from fastreplay.server import Server
 from fastreplay.table import Table, TableInfo
 from fastreplay.vector_writer import VectorTrajectoryWriter
 from fastreplay.writer import TrajectoryWriter
 
-item_selectors = selectors
+from fastreplay import item_selectors, trajectory_writer  # noqa: E402 (Reverb modules)
 
 __all__ = [
     "AutoTunedChunkerOptions",
@@ -31,6 +32,7 @@ __all__ = [
     "Client",
     "ConstantChunkerOptions",
     "DeadlineExceededError",
+    "ReplayBuffer",
     "ReplaySample",
     "ReverbError",
     "SampleInfo",

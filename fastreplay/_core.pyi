@@ -71,6 +71,17 @@ class TableCore:
         npt.NDArray[np.int64],
         list[SampledTrajectory] | None,
     ]: ...
+    def sample_batch(
+        self, n: int, timeout: float | None = None
+    ) -> tuple[
+        npt.NDArray[np.uint64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        list[npt.NDArray[Any]],
+        list[bool],
+    ]: ...
     def mutate(
         self,
         update_keys: npt.ArrayLike,

@@ -235,3 +235,11 @@ cdef extern from "writer.h" nogil:
     void fr_writer_close(fr_writer *w)
     int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id)
     int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst)
+
+
+cdef extern from "rows.h" nogil:
+    int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
+                       const fr_spec *specs, const void *const *cols,
+                       int64_t n_rows, const uint64_t *keys,
+                       const double *priorities, uint64_t chunk_key,
+                       int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)

@@ -584,3 +584,34 @@ cdef class WriterCore:
             return False
         _raise_writer_status(rc)
         return True
+
+
+def insert_rows(TableCore table, ChunkStore store, list names, list values, keys,
+                priorities, uint64_t chunk_key, timeout=None) -> int:
+    """Insert len(keys) one-step items: row r of every value (leading axis
+    = rows) becomes item keys[r], its columns squeezed, in the order of
+    ``values``.  One chunk per column for the whole batch.  Returns how many
+    were inserted (fewer when the rate limiter timed out part-way, which then
+    raises DeadlineExceededError)."""
+    cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
+    cdef const double[::1] pv = np.ascontiguousarray(priorities, dtype=np.float64)
+    cdef Py_ssize_t n = kv.shape[0]
+    if pv.shape[0] != n:
+        raise ValueError(f"keys and priorities differ in length ({n} != {pv.shape[0]})")
+    if n == 0:
+        return 0
+    cdef _Step step = _Step(names, list(range(len(values))), values, n)
+    cdef int64_t tns = _timeout_ns(timeout)
+    cdef int64_t done = 0, bad = -1
+    cdef int rc
+    try:
+        with nogil:
+            rc = fr_insert_rows(table._t, store._s, step.n, step.specs, step.rows, n,
+                                &kv[0], &pv[0], chunk_key, tns, &done, &bad)
+    finally:
+        step.release()
+    if rc != FR_OK:
+        if bad >= 0:
+            _raise_for_status(rc, table._ctx(kv[bad], pv[bad]))
+        _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
+    return done

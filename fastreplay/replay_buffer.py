@@ -1,0 +1,133 @@
+"""``ReplayBuffer``: a transition buffer for users of cpprb, SB3 or Tianshou.
+
+One table of one-step items (each field a squeezed column), uniform or
+prioritized, with the familiar ``add`` / ``sample`` / ``update_priorities``
+calls.  A batch of transitions is one call into C (one chunk per field);
+sampling gathers ``[batch, *shape]`` arrays in C without the GIL.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fastreplay import _core, rate_limiters, selectors
+from fastreplay.table import Table, TableInfo
+
+__all__ = ["ReplayBuffer"]
+
+
+class ReplayBuffer:
+    """A bounded buffer of transitions (oldest evicted first).
+
+    Parameters
+    ----------
+    capacity : int
+        Maximum number of transitions.
+    alpha : float, optional
+        Prioritized sampling with exponent ``alpha`` (PER); uniform when None.
+    seed : int, optional
+        Seed of the sampling generator.
+    min_size : int
+        Transitions needed before ``sample`` returns (it waits until then, up
+        to ``timeout``).
+    """
+
+    def __init__(self, capacity: int, *, alpha: float | None = None,
+                 seed: int | None = None, min_size: int = 1) -> None:
+        sampler: selectors.ItemSelector = (
+            selectors.Uniform() if alpha is None else selectors.Prioritized(alpha)
+        )
+        self._table = Table("replay_buffer", sampler, selectors.Fifo(), capacity,
+                            rate_limiters.MinSize(min_size), seed=seed)
+        self._prioritized = alpha is not None
+        self._store = _core.ChunkStore()
+        self._fields: list[str] | None = None
+        self._lock = threading.Lock()
+        self._next_key = 0
+        self._chunk_keys = secrets.randbits(63)
+        self._max_priority = 1.0
+
+    @property
+    def capacity(self) -> int:
+        return self._table.info.max_size
+
+    @property
+    def table(self) -> Table:
+        return self._table
+
+    @property
+    def info(self) -> TableInfo:
+        return self._table.info
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def add(self, *, priority: float | None = None, **transition: Any) -> None:
+        """Add one transition: ``add(obs=o, action=a, reward=r, ...)``.
+
+        The first call fixes the field names; a prioritized buffer gives new
+        transitions ``priority`` or else the largest priority seen so far.
+        """
+        self.add_batch(
+            priorities=None if priority is None else [priority],
+            **{k: np.asarray(v)[None] for k, v in transition.items()},
+        )
+
+    def add_batch(self, *, priorities: npt.ArrayLike | None = None,
+                  timeout: float | None = None, **transitions: Any) -> None:
+        """Add N transitions at once: every field has a leading axis N."""
+        names = sorted(transitions)
+        if self._fields is None:
+            if not names:
+                raise ValueError("add needs at least one field")
+            self._fields = names
+        elif names != self._fields:
+            raise ValueError(f"fields {names} differ from the buffer's {self._fields}")
+        values = [transitions[k] for k in names]
+        n = len(values[0])
+        if priorities is None:
+            prios = np.full(n, self._max_priority if self._prioritized else 1.0)
+        else:
+            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            if len(prios):
+                self._max_priority = max(self._max_priority, float(prios.max()))
+        with self._lock:  # keys and chunk keys stay unique across threads
+            keys = np.arange(self._next_key, self._next_key + n, dtype=np.uint64)
+            self._next_key += n
+            self._chunk_keys += len(names)
+            chunk_key = self._chunk_keys
+        _core.insert_rows(self._table._core, self._store, [f"({k!r},)" for k in names],
+                          values, keys, prios, chunk_key, timeout)
+
+    def sample(self, batch_size: int, beta: float = 0.4, *,
+               timeout: float | None = None) -> dict[str, np.ndarray]:
+        """Sample a batch: each field ``[batch_size, *shape]`` plus
+        ``indexes`` (keys for ``update_priorities``), ``weights`` (importance
+        weights with exponent ``beta``; ones for a uniform buffer) and
+        ``probabilities``."""
+        keys, probs, prios, times, sizes, columns, _ = self._table._core.sample_batch(
+            batch_size, timeout
+        )
+        assert self._fields is not None
+        out = dict(zip(self._fields, columns))
+        out["indexes"] = keys
+        out["probabilities"] = probs
+        if self._prioritized:
+            w = (sizes * probs) ** -float(beta)
+            out["weights"] = w / w.max()
+        else:
+            out["weights"] = np.ones(len(keys))
+        return out
+
+    def update_priorities(self, indexes: npt.ArrayLike, priorities: npt.ArrayLike
+                          ) -> None:
+        """Set new priorities; keys of transitions already evicted are ignored."""
+        prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        self._table.update_priorities(indexes, prios)
+        if len(prios):
+            self._max_priority = max(self._max_priority, float(prios.max()))
