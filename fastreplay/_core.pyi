@@ -11,6 +11,16 @@ LZ4_AVAILABLE: bool
 
 def priority_weight(priority: float, exponent: float) -> float: ...
 def dtype_name(dtype: Any) -> str: ...
+def insert_rows(
+    table: TableCore,
+    store: ChunkStore,
+    names: list[str],
+    values: list[Any],
+    keys: npt.ArrayLike,
+    priorities: npt.ArrayLike,
+    chunk_key: int,
+    timeout: float | None = None,
+) -> int: ...
 def append_batch(
     cores: list[WriterCore], cols: list[int], values: list[Any], partial: bool
 ) -> None: ...

@@ -73,10 +73,8 @@ class ReplayBuffer:
         The first call fixes the field names; a prioritized buffer gives new
         transitions ``priority`` or else the largest priority seen so far.
         """
-        self.add_batch(
-            priorities=None if priority is None else [priority],
-            **{k: np.asarray(v)[None] for k, v in transition.items()},
-        )
+        batch: dict[str, Any] = {k: np.asarray(v)[None] for k, v in transition.items()}
+        self.add_batch(priorities=None if priority is None else [priority], **batch)
 
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
