@@ -111,6 +111,34 @@ int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
     return FR_OK;
 }
 
+fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
+                           int64_t first_step, int64_t last_step,
+                           int64_t row_bytes, int32_t n_rows, int compressed,
+                           const void *data, int64_t stored_bytes) {
+    int64_t raw_n = (int64_t)n_rows * row_bytes;
+    if (row_bytes < 0 || n_rows < 0 || stored_bytes < 0 ||
+        (!compressed && stored_bytes != raw_n) || (compressed && !lz4_decompress))
+        return NULL;
+    fr_chunk *c = fr_chunk_new(store, key, episode_id, row_bytes);
+    if (!c) return NULL;
+    c->data = malloc(stored_bytes > 0 ? (size_t)stored_bytes : 1);
+    if (!c->data) {
+        fr_chunk_release(c);
+        return NULL;
+    }
+    memcpy(c->data, data, (size_t)stored_bytes);
+    c->n_rows = n_rows;
+    c->compressed = compressed != 0;
+    c->stored_bytes = stored_bytes;
+    c->first_step = first_step;
+    c->last_step = last_step;
+    atomic_fetch_add(&store->live_chunks, 1);
+    atomic_fetch_add(&store->stored_bytes, stored_bytes);
+    atomic_fetch_add(&store->raw_bytes, raw_n);
+    atomic_store_explicit(&c->ready, 1, memory_order_release);
+    return c;
+}
+
 const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch) {
     if (!c->compressed) return c->data;
     int64_t raw_n = (int64_t)c->n_rows * c->row_bytes;

@@ -70,6 +70,14 @@ FR_INLINE void fr_chunk_retain(fr_chunk *c) {
 /* Drop one reference; frees the chunk (and its data) at zero. */
 void fr_chunk_release(fr_chunk *c);
 
+/* A ready chunk rebuilt from a checkpoint: `data` holds stored_bytes bytes,
+ * an LZ4 block when `compressed`, else n_rows * row_bytes raw bytes (copied).
+ * NULL on allocation failure or inconsistent sizes. */
+fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
+                           int64_t first_step, int64_t last_step,
+                           int64_t row_bytes, int32_t n_rows, int compressed,
+                           const void *data, int64_t stored_bytes);
+
 /* Store n_rows rows (n_rows * row_bytes bytes at rows), compressing them when
  * `compress` is set and it saves space, and mark the chunk ready.
  * Returns FR_OK or FR_ENOMEM (the chunk stays open).  O(bytes). */

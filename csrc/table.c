@@ -631,6 +631,39 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
     pthread_mutex_unlock(&t->mu);
 }
 
+int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
+                          int64_t times_sampled, uint64_t payload) {
+    int rc = check_priority(t, priority);
+    if (rc != FR_OK) return rc;
+    pthread_mutex_lock(&t->mu);
+    if (fr_keymap_get(&t->index, key) >= 0 || t->sampler.size >= t->max_size) {
+        rc = FR_EINVAL;
+    } else if ((rc = ensure_slot(t)) == FR_OK) {
+        int32_t slot = t->free_slots[t->num_free - 1];
+        if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK) {
+            t->num_free--;
+            t->items[slot] = (fr_item){key, priority, times_sampled, t->next_seq++,
+                                       payload};
+            fr_selector_insert(&t->sampler, slot, priority);
+            fr_selector_insert(&t->remover, slot, priority);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
+                               int64_t deletes, const fr_table_stats *stats) {
+    pthread_mutex_lock(&t->mu);
+    t->limiter.inserts = inserts;
+    t->limiter.samples = samples;
+    t->limiter.deletes = deletes;
+    t->st = *stats;
+    pthread_cond_broadcast(&t->can_insert_cv);
+    pthread_cond_broadcast(&t->can_sample_cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
 int fr_table_get(fr_table *t, uint64_t key, fr_item *out) {
     pthread_mutex_lock(&t->mu);
     int32_t slot = fr_keymap_get(&t->index, key);

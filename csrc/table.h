@@ -154,6 +154,17 @@ int fr_table_can_insert(fr_table *t, int64_t n);
 int64_t fr_table_size(fr_table *t);
 void fr_table_stats_get(fr_table *t, fr_table_stats *out);
 
+/* Checkpoint restore: add an item exactly as it was saved (priority,
+ * times_sampled, payload owned by the table on success), without rate-limiter
+ * accounting or eviction.  FR_EINVAL if the key is present or the table is
+ * full; FR_EPRIORITY_* for a priority the selectors refuse. */
+int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
+                          int64_t times_sampled, uint64_t payload);
+
+/* Checkpoint restore: set the rate-limiter counters and statistics. */
+void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
+                               int64_t deletes, const fr_table_stats *stats);
+
 /* Copy the item with `key` into *out.  Returns 1 if found, else 0. */
 int fr_table_get(fr_table *t, uint64_t key, fr_item *out);
 

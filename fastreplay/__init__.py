@@ -24,7 +24,11 @@ from fastreplay.table import Table, TableInfo
 from fastreplay.vector_writer import VectorTrajectoryWriter
 from fastreplay.writer import TrajectoryWriter
 
-from fastreplay import item_selectors, trajectory_writer  # noqa: E402 (Reverb modules)
+from fastreplay import (  # noqa: E402 (Reverb modules)
+    checkpointers,
+    item_selectors,
+    trajectory_writer,
+)
 
 __all__ = [
     "AutoTunedChunkerOptions",
@@ -46,6 +50,7 @@ __all__ = [
     "VectorTrajectoryWriter",
     "WeakCellRef",
     "__version__",
+    "checkpointers",
     "errors",
     "item_selectors",
     "rate_limiters",

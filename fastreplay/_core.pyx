@@ -8,7 +8,7 @@ Status codes become exceptions in exactly one place, ``_raise_for_status``.
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -165,3 +165,4 @@ def priority_weight(double priority, double exponent) -> float:
 include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"
+include "_checkpoint.pxi"

@@ -38,6 +38,22 @@ cdef extern from "chunk.h" nogil:
 
     ctypedef struct fr_store:
         pass
+    ctypedef struct fr_chunk:
+        uint64_t key
+        uint64_t episode_id
+        int64_t first_step
+        int64_t last_step
+        int64_t row_bytes
+        int32_t n_rows
+        int32_t compressed
+        int64_t stored_bytes
+        unsigned char *data
+    void fr_chunk_retain(fr_chunk *c)
+    void fr_chunk_release(fr_chunk *c)
+    fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
+                               int64_t first_step, int64_t last_step,
+                               int64_t row_bytes, int32_t n_rows, int compressed,
+                               const void *data, int64_t stored_bytes)
     fr_store *fr_store_new()
     void fr_store_retain(fr_store *s)
     void fr_store_release(fr_store *s)
@@ -150,6 +166,10 @@ cdef extern from "table.h" nogil:
     int fr_table_can_insert(fr_table *t, int64_t n)
     int64_t fr_table_size(fr_table *t)
     void fr_table_stats_get(fr_table *t, fr_table_stats *out)
+    int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
+                              int64_t times_sampled, uint64_t payload)
+    void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
+                                   int64_t deletes, const fr_table_stats *stats)
     int fr_table_get(fr_table *t, uint64_t key, fr_item *out)
     int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap)
 
@@ -169,10 +189,18 @@ cdef extern from "trajectory.h" nogil:
         int32_t n_slices
         int32_t length
         int32_t squeeze
+    ctypedef struct fr_slice:
+        fr_chunk *chunk
+        int32_t offset
+        int32_t length
     ctypedef struct fr_trajectory:
         int32_t n_columns
         int32_t n_slices
         fr_traj_column *columns
+        fr_slice *slices
+    fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices)
+    void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                                int32_t offset)
     void fr_trajectory_retain(fr_trajectory *t)
     void fr_trajectory_release(fr_trajectory *t)
     int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,

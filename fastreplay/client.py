@@ -183,12 +183,8 @@ class Client:
 
     def checkpoint(self) -> str:
         """Write every table to the server's checkpointer; returns the path."""
-        checkpointer = self._server.checkpointer
-        if checkpointer is None:
-            raise errors.InvalidArgumentError(
-                "no Checkpointer configured for the replay service."
-            )
-        return str(checkpointer.save(self._server._tables, self._server.chunk_store))
+        return str(self._server._checkpointer_for_save().save(
+            self._server._tables, self._server.chunk_store))
 
 
 def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:

@@ -52,9 +52,10 @@ class Server:
         At least one, with distinct names.
     port : int, optional
         Port to reserve on localhost; a free one is picked when None.
-    checkpointer : Checkpointer, optional
-        Where ``client.checkpoint()`` writes (and from where this server
-        restores at start-up).
+    checkpointer : CheckpointerBase, optional
+        Where ``client.checkpoint()`` writes, and from where this server
+        restores its tables at start-up (a temporary directory is used for
+        checkpoints when None).
 
     Raises
     ------
@@ -99,6 +100,15 @@ class Server:
 
     @property
     def checkpointer(self) -> Any:
+        return self._checkpointer
+
+    def _checkpointer_for_save(self) -> Any:
+        """The checkpointer; without one, a temporary directory is made on the
+        first checkpoint (Reverb's default TempDirCheckpointer)."""
+        if self._checkpointer is None:
+            from fastreplay.checkpointers import TempDirCheckpointer
+
+            self._checkpointer = TempDirCheckpointer()
         return self._checkpointer
 
     def localhost_client(self) -> Client:
