@@ -2,7 +2,9 @@
 when installed, its peers, grouped so pytest-benchmark shows them side by side:
 
 - prioritized: 1e6 items, sample 256 with alpha=0.6 and IS weights beta=0.4,
-  then update the 256 sampled priorities;
+  then update the 256 sampled priorities (``fastreplay_prioritized`` is the
+  bare table, metadata only; ``fastreplay_replay_buffer`` also gathers the
+  transitions' ``obs`` field, as cpprb's workload does);
 - uniform: sample 256 from 1e6 items.
 
 Run: pytest benchmarks --benchmark-only --benchmark-group-by=group
@@ -17,6 +19,7 @@ import workloads
 from conftest import CAPACITY
 
 PRIORITIZED = {"fastreplay_prioritized": workloads.fastreplay_prioritized,
+               "fastreplay_replay_buffer": workloads.fastreplay_replay_buffer,
                **peers.PRIORITIZED}
 UNIFORM = {"fastreplay_uniform": workloads.fastreplay_uniform, **peers.UNIFORM}
 

@@ -120,3 +120,50 @@ class WriterWorkload:
             if self.steps % 1000 == 0:
                 w.end_episode()
         w.flush()
+
+
+# ----- client workloads (issue 4): ReplayBuffer and sample_batch -----
+
+
+def fastreplay_replay_buffer(
+    capacity: int = 1_000_000, alpha: float = 0.6, seed: int = 0
+) -> PrioritizedWorkload:
+    """``ReplayBuffer(alpha)`` holding ``capacity`` transitions with one
+    float32 field ``obs`` of shape 1, like ``peers.cpprb_prioritized``;
+    sampling gathers that field and computes importance weights."""
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    rb = fastreplay.ReplayBuffer(capacity, alpha=alpha, seed=seed)
+    for lo in range(0, capacity, 100_000):
+        n = min(100_000, capacity - lo)
+        rb.add_batch(obs=rng.standard_normal((n, 1), np.float32),
+                     priorities=rng.uniform(1e-3, 1.0, n))
+    fill = time.perf_counter() - t0
+
+    def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
+        batch = rb.sample(batch_size, beta)
+        return batch, batch["indexes"]
+
+    return PrioritizedWorkload("fastreplay_replay_buffer", capacity, fill, sample,
+                               rb.update_priorities, rng)
+
+
+class SampleBatchWorkload:
+    """A Uniform table of ``size`` length-5 items of small steps
+    ``{observation: float32[8], action: int32, reward: float32}`` written by
+    a TrajectoryWriter; ``run(n)`` draws n batches with ``sample_batch``."""
+
+    def __init__(self, size: int = 100_000, batch: int = 256) -> None:
+        table = fastreplay.Table("bench", selectors.Uniform(), selectors.Fifo(), size,
+                                 rate_limiters.MinSize(1))
+        self.server = fastreplay.Server([table])
+        self.client = self.server.localhost_client()
+        self.batch = batch
+        work = WriterWorkload(SMALL_OBS, table=table)
+        work.writer = self.client.trajectory_writer(5)
+        work.run(size + 4)
+
+    def run(self, n: int) -> int:
+        for _ in range(n):
+            self.client.sample_batch("bench", self.batch)
+        return n * self.batch
