@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 
-#include "table.h"
+#include "table_internal.h"
 
 #include "mem.h"
 
@@ -10,50 +10,6 @@
 
 #define FR_TABLE_MIN_CAPACITY 1024
 
-typedef struct fr_async_insert {
-    uint64_t key;
-    double priority;
-    uint64_t payload;
-    fr_sync *sync;
-} fr_async_insert;
-
-struct fr_table {
-    pthread_mutex_t mu;
-    pthread_cond_t can_insert_cv; /* signalled after samples, deletes, reset */
-    pthread_cond_t can_sample_cv; /* signalled after inserts, reset */
-    fr_selector sampler, remover;
-    fr_rate_limiter limiter;
-    fr_keymap index;      /* key -> slot */
-    fr_item *items;       /* by slot */
-    int32_t *free_slots;  /* stack of unused slots */
-    int64_t num_free;
-    size_t capacity;
-    int64_t max_size, max_times_sampled;
-    uint64_t next_seq;
-    fr_rng rng;
-    fr_payload_ops ops;
-    fr_table_stats st;
-    double *scratch;      /* uniforms for batched sampling */
-    int64_t *scratch_slots;
-    size_t scratch_cap;
-    fr_async_insert *queue; /* ring of pending async inserts */
-    size_t queue_head, queue_len, queue_cap;
-    int closed;
-};
-
-static void drop_queue(fr_table *t);
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int64_t deadline_from(int64_t timeout_ns) {
-    if (timeout_ns < 0) return FR_NO_DEADLINE;
-    int64_t now = now_ns();
-    return timeout_ns > FR_NO_DEADLINE - now ? FR_NO_DEADLINE : now + timeout_ns;
-}
 
 /* Wait on cv until signalled or past the deadline.  Returns FR_ETIMEOUT once
  * the deadline has passed, FR_ECLOSED when the table is closed, else FR_OK
@@ -63,20 +19,11 @@ static int wait_until(fr_table *t, pthread_cond_t *cv, int64_t deadline) {
     if (deadline == FR_NO_DEADLINE) {
         pthread_cond_wait(cv, &t->mu);
     } else {
-        if (now_ns() >= deadline) return FR_ETIMEOUT;
+        if (fr_now_ns() >= deadline) return FR_ETIMEOUT;
         struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
         pthread_cond_timedwait(cv, &t->mu, &ts);
     }
     return t->closed ? FR_ECLOSED : FR_OK;
-}
-
-static int init_cond(pthread_cond_t *cv) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(cv, &attr);
-    pthread_condattr_destroy(&attr);
-    return rc;
 }
 
 /* Grow every per-slot array to `cap` slots, pushing the new slots on the
@@ -99,93 +46,13 @@ static int grow_slots(fr_table *t, size_t cap) {
 }
 
 /* Make room for one more item: double the slots, up to max_size + 1. */
-static int ensure_slot(fr_table *t) {
+int fr_table_ensure_slot(fr_table *t) {
     if (t->num_free > 0) return FR_OK;
     size_t limit = (size_t)t->max_size + 1;
     size_t cap = t->capacity * 2;
     if (cap > limit) cap = limit;
     if (cap <= t->capacity) cap = t->capacity + 1;
     return grow_slots(t, cap);
-}
-
-fr_sync *fr_sync_new(void) {
-    fr_sync *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    if (pthread_mutex_init(&s->mu, NULL) || init_cond(&s->cv)) {
-        free(s);
-        return NULL;
-    }
-    s->refs = 1;
-    return s;
-}
-
-void fr_sync_retain(fr_sync *s) {
-    pthread_mutex_lock(&s->mu);
-    s->refs++;
-    pthread_mutex_unlock(&s->mu);
-}
-
-void fr_sync_release(fr_sync *s) {
-    pthread_mutex_lock(&s->mu);
-    int64_t left = --s->refs;
-    pthread_mutex_unlock(&s->mu);
-    if (left) return;
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
-}
-
-static void sync_add(fr_sync *s, int64_t delta, int64_t dropped) {
-    pthread_mutex_lock(&s->mu);
-    s->pending += delta;
-    s->dropped += dropped;
-    if (delta < 0) pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns) {
-    int64_t deadline = deadline_from(timeout_ns);
-    int rc = FR_OK;
-    pthread_mutex_lock(&s->mu);
-    while (s->pending > max_pending) {
-        if (s->closed) {
-            rc = FR_ECLOSED;
-            break;
-        }
-        if (deadline == FR_NO_DEADLINE) {
-            pthread_cond_wait(&s->cv, &s->mu);
-            continue;
-        }
-        if (now_ns() >= deadline) {
-            rc = FR_ETIMEOUT;
-            break;
-        }
-        struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-int64_t fr_sync_dropped(fr_sync *s) {
-    pthread_mutex_lock(&s->mu);
-    int64_t n = s->dropped;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-void fr_sync_close(fr_sync *s) {
-    pthread_mutex_lock(&s->mu);
-    s->closed = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-int64_t fr_sync_pending(fr_sync *s) {
-    pthread_mutex_lock(&s->mu);
-    int64_t n = s->pending;
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
@@ -207,7 +74,7 @@ fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
     if (fr_selector_init(&t->sampler, sampler_kind, sampler_exponent, 0) ||
         fr_selector_init(&t->remover, remover_kind, remover_exponent, 0) ||
         fr_keymap_init(&t->index) || pthread_mutex_init(&t->mu, NULL) ||
-        init_cond(&t->can_insert_cv) || init_cond(&t->can_sample_cv)) {
+        fr_init_cond(&t->can_insert_cv) || fr_init_cond(&t->can_sample_cv)) {
         fr_selector_free(&t->sampler);
         fr_selector_free(&t->remover);
         fr_keymap_free(&t->index);
@@ -221,7 +88,7 @@ fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
     return t;
 }
 
-static void release_payload(fr_table *t, uint64_t payload) {
+void fr_table_release_payload(fr_table *t, uint64_t payload) {
     if (t->ops.release) t->ops.release(t->ops.ctx, payload);
 }
 
@@ -232,7 +99,7 @@ static void remove_slot(fr_table *t, int32_t slot) {
     fr_selector_remove(&t->sampler, slot);
     fr_selector_remove(&t->remover, slot);
     fr_keymap_del(&t->index, it->key);
-    release_payload(t, it->payload);
+    fr_table_release_payload(t, it->payload);
     t->free_slots[t->num_free++] = slot;
     t->limiter.deletes++;
 }
@@ -243,9 +110,9 @@ void fr_table_free(fr_table *t) {
         /* Release payloads of live items: walk the index. */
         for (size_t b = 0; b <= t->index.mask; b++)
             if (t->index.b[b].val >= 0)
-                release_payload(t, t->items[t->index.b[b].val].payload);
+                fr_table_release_payload(t, t->items[t->index.b[b].val].payload);
     }
-    drop_queue(t);
+    fr_table_drop_queue(t);
     free(t->queue);
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
@@ -263,13 +130,13 @@ void fr_table_free(fr_table *t) {
 void fr_table_close(fr_table *t) {
     pthread_mutex_lock(&t->mu);
     t->closed = 1;
-    drop_queue(t);
+    fr_table_drop_queue(t);
     pthread_cond_broadcast(&t->can_insert_cv);
     pthread_cond_broadcast(&t->can_sample_cv);
     pthread_mutex_unlock(&t->mu);
 }
 
-static int check_priority(const fr_table *t, double priority) {
+int fr_table_check_locked(const fr_table *t, double priority) {
     int rc = fr_selector_check(&t->sampler, priority);
     return rc != FR_OK ? rc : fr_selector_check(&t->remover, priority);
 }
@@ -278,30 +145,30 @@ static int check_priority(const fr_table *t, double priority) {
 static int await_insert(fr_table *t, int64_t deadline) {
     if (t->closed) return FR_ECLOSED;
     if (fr_rate_limiter_can_insert(&t->limiter, 1)) return FR_OK;
-    int64_t start = now_ns();
+    int64_t start = fr_now_ns();
     int rc = FR_OK;
     t->st.num_insert_stalls++;
     while (!fr_rate_limiter_can_insert(&t->limiter, 1)) {
         rc = wait_until(t, &t->can_insert_cv, deadline);
         if (rc != FR_OK) break;
     }
-    t->st.insert_stall_ns += now_ns() - start;
+    t->st.insert_stall_ns += fr_now_ns() - start;
     return rc;
 }
 
 /* Insert or assign one pre-validated item; the rate limiter has agreed. */
-static int insert_locked(fr_table *t, uint64_t key, double priority,
+int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
                          uint64_t payload) {
     int32_t slot = fr_keymap_get(&t->index, key);
     if (slot >= 0) {
         t->items[slot].priority = priority;
         fr_selector_update(&t->sampler, slot, priority);
         fr_selector_update(&t->remover, slot, priority);
-        release_payload(t, payload);
+        fr_table_release_payload(t, payload);
         t->st.num_updates++;
         return FR_OK;
     }
-    int rc = ensure_slot(t);
+    int rc = fr_table_ensure_slot(t);
     if (rc != FR_OK) return rc;
     slot = t->free_slots[t->num_free - 1];
     if ((rc = fr_keymap_put(&t->index, key, slot)) != FR_OK) return rc;
@@ -319,72 +186,6 @@ static int insert_locked(fr_table *t, uint64_t key, double priority,
     return FR_OK;
 }
 
-/* Insert queued async items from the head while the limiter admits them. */
-static void drain_queue(fr_table *t) {
-    int64_t done = 0;
-    while (t->queue_len > 0 && !t->closed &&
-           fr_rate_limiter_can_insert(&t->limiter, 1)) {
-        fr_async_insert *q = &t->queue[t->queue_head];
-        if (insert_locked(t, q->key, q->priority, q->payload) != FR_OK) break;
-        sync_add(q->sync, -1, 0);
-        fr_sync_release(q->sync);
-        t->queue_head = (t->queue_head + 1) % t->queue_cap;
-        t->queue_len--;
-        done++;
-    }
-    if (done > 0) pthread_cond_broadcast(&t->can_sample_cv);
-}
-
-/* Discard every queued async insert (table closing or freed). */
-static void drop_queue(fr_table *t) {
-    while (t->queue_len > 0) {
-        fr_async_insert *q = &t->queue[t->queue_head];
-        release_payload(t, q->payload);
-        sync_add(q->sync, -1, 1);
-        fr_sync_release(q->sync);
-        t->queue_head = (t->queue_head + 1) % t->queue_cap;
-        t->queue_len--;
-    }
-}
-
-static int queue_push(fr_table *t, fr_async_insert item) {
-    if (t->queue_len == t->queue_cap) {
-        size_t cap = t->queue_cap ? t->queue_cap * 2 : 64;
-        fr_async_insert *q = malloc(cap * sizeof *q);
-        if (!q) return FR_ENOMEM;
-        for (size_t i = 0; i < t->queue_len; i++)
-            q[i] = t->queue[(t->queue_head + i) % t->queue_cap];
-        free(t->queue);
-        t->queue = q;
-        t->queue_head = 0;
-        t->queue_cap = cap;
-    }
-    t->queue[(t->queue_head + t->queue_len) % t->queue_cap] = item;
-    t->queue_len++;
-    return FR_OK;
-}
-
-int fr_table_check_priority(fr_table *t, double priority) {
-    return check_priority(t, priority);
-}
-
-int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
-                          uint64_t payload, fr_sync *sync) {
-    int rc = check_priority(t, priority);
-    if (rc != FR_OK) return rc;
-    pthread_mutex_lock(&t->mu);
-    if (t->closed) {
-        rc = FR_ECLOSED;
-    } else if ((rc = queue_push(t, (fr_async_insert){key, priority, payload,
-                                                      sync})) == FR_OK) {
-        fr_sync_retain(sync);
-        sync_add(sync, 1, 0);
-        drain_queue(t);
-    }
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
 int fr_table_insert(fr_table *t, uint64_t key, double priority,
                     uint64_t payload, int64_t timeout_ns) {
     int64_t done, bad;
@@ -396,21 +197,21 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
                          const double *priorities, const uint64_t *payloads,
                          int64_t timeout_ns, int64_t *n_done,
                          int64_t *bad_index) {
-    int64_t deadline = deadline_from(timeout_ns);
+    int64_t deadline = fr_deadline_from(timeout_ns);
     int rc = FR_OK;
     int64_t i = 0;
     *n_done = 0;
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
     for (int64_t k = 0; k < n; k++) {
-        if ((rc = check_priority(t, priorities[k])) != FR_OK) {
+        if ((rc = fr_table_check_locked(t, priorities[k])) != FR_OK) {
             *bad_index = k;
             goto out;
         }
     }
     for (; i < n; i++) {
         if ((rc = await_insert(t, deadline)) != FR_OK) break;
-        if ((rc = insert_locked(t, keys[i], priorities[i], payloads[i])))
+        if ((rc = fr_table_insert_locked(t, keys[i], priorities[i], payloads[i])))
             break;
     }
     if (i > 0) pthread_cond_broadcast(&t->can_sample_cv);
@@ -466,7 +267,7 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
                     uint64_t *keys, double *probabilities, double *priorities,
                     int64_t *times_sampled, int64_t *table_sizes,
                     uint64_t *payloads, int64_t *n_done) {
-    int64_t deadline = deadline_from(timeout_ns);
+    int64_t deadline = fr_deadline_from(timeout_ns);
     int rc = FR_OK;
     int64_t k = 0;
     pthread_mutex_lock(&t->mu);
@@ -491,7 +292,7 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
         }
         if (!can_sample_locked(t, 1)) {
             if (start == 0) {
-                start = now_ns();
+                start = fr_now_ns();
                 t->st.num_sample_stalls++;
             }
             while (!can_sample_locked(t, 1)) {
@@ -505,9 +306,9 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
         commit_sample(t, slot, p, k, keys, probabilities, priorities,
                       times_sampled, table_sizes, payloads);
     }
-    if (start != 0) t->st.sample_stall_ns += now_ns() - start;
+    if (start != 0) t->st.sample_stall_ns += fr_now_ns() - start;
     if (k > 0) {
-        drain_queue(t);
+        fr_table_drain_queue(t);
         pthread_cond_broadcast(&t->can_insert_cv);
         if (rc == FR_ETIMEOUT || rc == FR_ECLOSED) rc = FR_OK;
     }
@@ -556,7 +357,7 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
     for (int64_t i = 0; i < n_updates; i++) {
-        int rc = check_priority(t, priorities[i]);
+        int rc = fr_table_check_locked(t, priorities[i]);
         if (rc != FR_OK) {
             *bad_index = i;
             pthread_mutex_unlock(&t->mu);
@@ -573,7 +374,7 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
     t->st.num_deletes += removed;
     apply_updates(t, n_updates, keys, priorities);
     if (removed > 0) {
-        drain_queue(t);
+        fr_table_drain_queue(t);
         pthread_cond_broadcast(&t->can_insert_cv);
     }
     pthread_mutex_unlock(&t->mu);
@@ -584,7 +385,7 @@ void fr_table_reset(fr_table *t) {
     pthread_mutex_lock(&t->mu);
     for (size_t b = 0; b <= t->index.mask; b++)
         if (t->index.b[b].val >= 0)
-            release_payload(t, t->items[t->index.b[b].val].payload);
+            fr_table_release_payload(t, t->items[t->index.b[b].val].payload);
     fr_keymap_clear(&t->index);
     fr_selector_clear(&t->sampler);
     fr_selector_clear(&t->remover);
@@ -592,105 +393,8 @@ void fr_table_reset(fr_table *t) {
     for (size_t s = t->capacity; s-- > 0;) t->free_slots[t->num_free++] = (int32_t)s;
     t->limiter.inserts = t->limiter.samples = t->limiter.deletes = 0;
     memset(&t->st, 0, sizeof t->st);
-    drain_queue(t);
+    fr_table_drain_queue(t);
     pthread_cond_broadcast(&t->can_insert_cv);
     pthread_cond_broadcast(&t->can_sample_cv);
     pthread_mutex_unlock(&t->mu);
-}
-
-int fr_table_can_sample(fr_table *t, int64_t n) {
-    pthread_mutex_lock(&t->mu);
-    int r = fr_rate_limiter_can_sample(&t->limiter, n);
-    pthread_mutex_unlock(&t->mu);
-    return r;
-}
-
-int fr_table_can_insert(fr_table *t, int64_t n) {
-    pthread_mutex_lock(&t->mu);
-    int r = fr_rate_limiter_can_insert(&t->limiter, n);
-    pthread_mutex_unlock(&t->mu);
-    return r;
-}
-
-int64_t fr_table_size(fr_table *t) {
-    pthread_mutex_lock(&t->mu);
-    int64_t n = t->sampler.size;
-    pthread_mutex_unlock(&t->mu);
-    return n;
-}
-
-void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
-    pthread_mutex_lock(&t->mu);
-    *out = t->st;
-    out->size = t->sampler.size;
-    out->max_size = t->max_size;
-    out->max_times_sampled = t->max_times_sampled;
-    out->rl_inserts = t->limiter.inserts;
-    out->rl_samples = t->limiter.samples;
-    out->rl_deletes = t->limiter.deletes;
-    pthread_mutex_unlock(&t->mu);
-}
-
-int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
-                          int64_t times_sampled, uint64_t payload) {
-    int rc = check_priority(t, priority);
-    if (rc != FR_OK) return rc;
-    pthread_mutex_lock(&t->mu);
-    if (fr_keymap_get(&t->index, key) >= 0 || t->sampler.size >= t->max_size) {
-        rc = FR_EINVAL;
-    } else if ((rc = ensure_slot(t)) == FR_OK) {
-        int32_t slot = t->free_slots[t->num_free - 1];
-        if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK) {
-            t->num_free--;
-            t->items[slot] = (fr_item){key, priority, times_sampled, t->next_seq++,
-                                       payload};
-            fr_selector_insert(&t->sampler, slot, priority);
-            fr_selector_insert(&t->remover, slot, priority);
-        }
-    }
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
-void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
-                               int64_t deletes, const fr_table_stats *stats) {
-    pthread_mutex_lock(&t->mu);
-    t->limiter.inserts = inserts;
-    t->limiter.samples = samples;
-    t->limiter.deletes = deletes;
-    t->st = *stats;
-    pthread_cond_broadcast(&t->can_insert_cv);
-    pthread_cond_broadcast(&t->can_sample_cv);
-    pthread_mutex_unlock(&t->mu);
-}
-
-int fr_table_get(fr_table *t, uint64_t key, fr_item *out) {
-    pthread_mutex_lock(&t->mu);
-    int32_t slot = fr_keymap_get(&t->index, key);
-    if (slot >= 0) *out = t->items[slot];
-    pthread_mutex_unlock(&t->mu);
-    return slot >= 0;
-}
-
-static int by_seq(const void *a, const void *b) {
-    uint64_t x = ((const fr_item *)a)->inserted_seq;
-    uint64_t y = ((const fr_item *)b)->inserted_seq;
-    return (x > y) - (x < y);
-}
-
-int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap) {
-    pthread_mutex_lock(&t->mu);
-    int64_t n = t->sampler.size;
-    if (n <= cap) {
-        int64_t k = 0;
-        for (size_t b = 0; b <= t->index.mask; b++) {
-            if (t->index.b[b].val < 0) continue;
-            out[k] = t->items[t->index.b[b].val];
-            if (t->ops.retain) t->ops.retain(t->ops.ctx, out[k].payload);
-            k++;
-        }
-        qsort(out, (size_t)n, sizeof *out, by_seq);
-    }
-    pthread_mutex_unlock(&t->mu);
-    return n;
 }

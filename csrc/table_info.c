@@ -1,0 +1,104 @@
+#define _POSIX_C_SOURCE 200809L
+/* Inspection (counters, items in insertion order) and checkpoint restore
+ * of a table. */
+
+#include <stdlib.h>
+
+#include "table_internal.h"
+
+int fr_table_can_sample(fr_table *t, int64_t n) {
+    pthread_mutex_lock(&t->mu);
+    int r = fr_rate_limiter_can_sample(&t->limiter, n);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int fr_table_can_insert(fr_table *t, int64_t n) {
+    pthread_mutex_lock(&t->mu);
+    int r = fr_rate_limiter_can_insert(&t->limiter, n);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int64_t fr_table_size(fr_table *t) {
+    pthread_mutex_lock(&t->mu);
+    int64_t n = t->sampler.size;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
+    pthread_mutex_lock(&t->mu);
+    *out = t->st;
+    out->size = t->sampler.size;
+    out->max_size = t->max_size;
+    out->max_times_sampled = t->max_times_sampled;
+    out->rl_inserts = t->limiter.inserts;
+    out->rl_samples = t->limiter.samples;
+    out->rl_deletes = t->limiter.deletes;
+    pthread_mutex_unlock(&t->mu);
+}
+
+int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
+                          int64_t times_sampled, uint64_t payload) {
+    int rc = fr_table_check_locked(t, priority);
+    if (rc != FR_OK) return rc;
+    pthread_mutex_lock(&t->mu);
+    if (fr_keymap_get(&t->index, key) >= 0 || t->sampler.size >= t->max_size) {
+        rc = FR_EINVAL;
+    } else if ((rc = fr_table_ensure_slot(t)) == FR_OK) {
+        int32_t slot = t->free_slots[t->num_free - 1];
+        if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK) {
+            t->num_free--;
+            t->items[slot] = (fr_item){key, priority, times_sampled, t->next_seq++,
+                                       payload};
+            fr_selector_insert(&t->sampler, slot, priority);
+            fr_selector_insert(&t->remover, slot, priority);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
+                               int64_t deletes, const fr_table_stats *stats) {
+    pthread_mutex_lock(&t->mu);
+    t->limiter.inserts = inserts;
+    t->limiter.samples = samples;
+    t->limiter.deletes = deletes;
+    t->st = *stats;
+    pthread_cond_broadcast(&t->can_insert_cv);
+    pthread_cond_broadcast(&t->can_sample_cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+int fr_table_get(fr_table *t, uint64_t key, fr_item *out) {
+    pthread_mutex_lock(&t->mu);
+    int32_t slot = fr_keymap_get(&t->index, key);
+    if (slot >= 0) *out = t->items[slot];
+    pthread_mutex_unlock(&t->mu);
+    return slot >= 0;
+}
+
+static int by_seq(const void *a, const void *b) {
+    uint64_t x = ((const fr_item *)a)->inserted_seq;
+    uint64_t y = ((const fr_item *)b)->inserted_seq;
+    return (x > y) - (x < y);
+}
+
+int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap) {
+    pthread_mutex_lock(&t->mu);
+    int64_t n = t->sampler.size;
+    if (n <= cap) {
+        int64_t k = 0;
+        for (size_t b = 0; b <= t->index.mask; b++) {
+            if (t->index.b[b].val < 0) continue;
+            out[k] = t->items[t->index.b[b].val];
+            if (t->ops.retain) t->ops.retain(t->ops.ctx, out[k].payload);
+            k++;
+        }
+        qsort(out, (size_t)n, sizeof *out, by_seq);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}

@@ -1,0 +1,72 @@
+/* Private to the table's sources (table.c, table_queue.c, table_info.c,
+ * sync.c): the table's layout and the helpers they share.  Not part of the
+ * core's interface; include after defining _POSIX_C_SOURCE. */
+#ifndef FASTREPLAY_TABLE_INTERNAL_H
+#define FASTREPLAY_TABLE_INTERNAL_H
+
+#include <time.h>
+
+#include "table.h"
+
+typedef struct fr_async_insert {
+    uint64_t key;
+    double priority;
+    uint64_t payload;
+    fr_sync *sync;
+} fr_async_insert;
+
+struct fr_table {
+    pthread_mutex_t mu;
+    pthread_cond_t can_insert_cv; /* signalled after samples, deletes, reset */
+    pthread_cond_t can_sample_cv; /* signalled after inserts, reset */
+    fr_selector sampler, remover;
+    fr_rate_limiter limiter;
+    fr_keymap index;      /* key -> slot */
+    fr_item *items;       /* by slot */
+    int32_t *free_slots;  /* stack of unused slots */
+    int64_t num_free;
+    size_t capacity;
+    int64_t max_size, max_times_sampled;
+    uint64_t next_seq;
+    fr_rng rng;
+    fr_payload_ops ops;
+    fr_table_stats st;
+    double *scratch;      /* uniforms for batched sampling */
+    int64_t *scratch_slots;
+    size_t scratch_cap;
+    fr_async_insert *queue; /* ring of pending async inserts */
+    size_t queue_head, queue_len, queue_cap;
+    int closed;
+};
+
+FR_INLINE int64_t fr_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+FR_INLINE int64_t fr_deadline_from(int64_t timeout_ns) {
+    if (timeout_ns < 0) return FR_NO_DEADLINE;
+    int64_t now = fr_now_ns();
+    return timeout_ns > FR_NO_DEADLINE - now ? FR_NO_DEADLINE : now + timeout_ns;
+}
+
+/* A condition variable on CLOCK_MONOTONIC (deadlines use fr_now_ns). */
+int fr_init_cond(pthread_cond_t *cv);
+
+/* Add delta to a sync's pending count (and `dropped` to its drop count),
+ * waking its waiters when something completed. */
+void fr_sync_add(fr_sync *s, int64_t delta, int64_t dropped);
+
+/* With the table lock held: */
+int fr_table_ensure_slot(fr_table *t); /* room for one more item */
+int fr_table_check_locked(const fr_table *t, double priority);
+int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
+                           uint64_t payload);
+void fr_table_release_payload(fr_table *t, uint64_t payload);
+/* Insert queued async items while the rate limiter admits them. */
+void fr_table_drain_queue(fr_table *t);
+/* Discard every queued async insert (closing or freeing the table). */
+void fr_table_drop_queue(fr_table *t);
+
+#endif /* FASTREPLAY_TABLE_INTERNAL_H */

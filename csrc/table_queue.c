@@ -1,0 +1,71 @@
+#define _POSIX_C_SOURCE 200809L
+/* The table's queue of asynchronous inserts (fr_table_insert_async): items
+ * from writers wait here, in order, until the rate limiter admits them. */
+
+#include <stdlib.h>
+
+#include "table_internal.h"
+
+void fr_table_drain_queue(fr_table *t) {
+    int64_t done = 0;
+    while (t->queue_len > 0 && !t->closed &&
+           fr_rate_limiter_can_insert(&t->limiter, 1)) {
+        fr_async_insert *q = &t->queue[t->queue_head];
+        if (fr_table_insert_locked(t, q->key, q->priority, q->payload) != FR_OK) break;
+        fr_sync_add(q->sync, -1, 0);
+        fr_sync_release(q->sync);
+        t->queue_head = (t->queue_head + 1) % t->queue_cap;
+        t->queue_len--;
+        done++;
+    }
+    if (done > 0) pthread_cond_broadcast(&t->can_sample_cv);
+}
+
+void fr_table_drop_queue(fr_table *t) {
+    while (t->queue_len > 0) {
+        fr_async_insert *q = &t->queue[t->queue_head];
+        fr_table_release_payload(t, q->payload);
+        fr_sync_add(q->sync, -1, 1);
+        fr_sync_release(q->sync);
+        t->queue_head = (t->queue_head + 1) % t->queue_cap;
+        t->queue_len--;
+    }
+}
+
+static int queue_push(fr_table *t, fr_async_insert item) {
+    if (t->queue_len == t->queue_cap) {
+        size_t cap = t->queue_cap ? t->queue_cap * 2 : 64;
+        fr_async_insert *q = malloc(cap * sizeof *q);
+        if (!q) return FR_ENOMEM;
+        for (size_t i = 0; i < t->queue_len; i++)
+            q[i] = t->queue[(t->queue_head + i) % t->queue_cap];
+        free(t->queue);
+        t->queue = q;
+        t->queue_head = 0;
+        t->queue_cap = cap;
+    }
+    t->queue[(t->queue_head + t->queue_len) % t->queue_cap] = item;
+    t->queue_len++;
+    return FR_OK;
+}
+
+int fr_table_check_priority(fr_table *t, double priority) {
+    return fr_table_check_locked(t, priority);
+}
+
+int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
+                          uint64_t payload, fr_sync *sync) {
+    int rc = fr_table_check_locked(t, priority);
+    if (rc != FR_OK) return rc;
+    pthread_mutex_lock(&t->mu);
+    if (t->closed) {
+        rc = FR_ECLOSED;
+    } else if ((rc = queue_push(t, (fr_async_insert){key, priority, payload,
+                                                      sync})) == FR_OK) {
+        fr_sync_retain(sync);
+        fr_sync_add(sync, 1, 0);
+        fr_table_drain_queue(t);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
