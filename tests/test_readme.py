@@ -15,4 +15,4 @@ def test_quickstart_runs(capsys) -> None:
     assert blocks, "README has no python quickstart"
     exec(compile(blocks[0], "README.md quickstart", "exec"), {})
     out = capsys.readouterr().out
-    assert out.split() == ["98", "(3,", "4)", "True"]
+    assert out.split() == ["98", "(256,", "3,", "4)", "int64", "2"]
