@@ -118,13 +118,16 @@ class Client:
         target = self._table(table)
         if num_samples < 1:
             raise ValueError(f"num_samples ({num_samples}) must be a positive integer")
+        # Without a signature, flat data is returned (as Reverb does).
         signature = target.signature if unpack_as_table_signature else None
-        if unpack_as_table_signature and signature is None:
-            raise ValueError(f"Table '{table}' has no signature to unpack samples with")
         for _ in range(num_samples):
             (sample,) = target.sample_items(1)
             if emit_timesteps:
-                yield _split_timesteps(sample)
+                steps = _split_timesteps(sample)
+                if signature is not None:
+                    steps = [ReplaySample(s.info, _nest.unflatten_as(signature, s.data))
+                             for s in steps]
+                yield steps
             elif signature is not None:
                 yield ReplaySample(sample.info, _nest.unflatten_as(signature,
                                                                    sample.data))
@@ -189,8 +192,8 @@ class Client:
 
 def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
     data = sample.data
-    lengths = {1 if np.ndim(c) == 0 else len(c) for c in data}
-    if len(lengths) != 1:
+    lengths = {-1 if np.ndim(c) == 0 else len(c) for c in data}
+    if len(lengths) != 1 or -1 in lengths:  # a squeezed column has no time axis
         raise ValueError("Can't split non timestep trajectory into timesteps.")
     (length,) = lengths
     return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]

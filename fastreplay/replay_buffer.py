@@ -47,6 +47,7 @@ class ReplayBuffer:
         self._prioritized = alpha is not None
         self._store = _core.ChunkStore()
         self._fields: list[str] | None = None
+        self._specs: list[tuple[Any, ...]] | None = None
         self._lock = threading.Lock()
         self._next_key = 0
         self._chunk_keys = secrets.randbits(63)
@@ -80,27 +81,43 @@ class ReplayBuffer:
                   timeout: float | None = None, **transitions: Any) -> None:
         """Add N transitions at once: every field has a leading axis N."""
         names = sorted(transitions)
-        if self._fields is None:
-            if not names:
-                raise ValueError("add needs at least one field")
-            self._fields = names
-        elif names != self._fields:
+        if not names:
+            raise ValueError("add needs at least one field")
+        if self._fields is not None and names != self._fields:
             raise ValueError(f"fields {names} differ from the buffer's {self._fields}")
-        values = [transitions[k] for k in names]
+        values = [np.asarray(transitions[k]) for k in names]
+        specs = [(v.dtype, v.shape[1:]) for v in values]
+        if self._specs is not None and specs != self._specs:
+            for name, got, want in zip(names, specs, self._specs):
+                if got != want:
+                    raise ValueError(
+                        f"field {name!r}: rows of dtype {got[0]} and shape {got[1]} "
+                        f"differ from the buffer's {want[0]} {want[1]}")
         n = len(values[0])
         if priorities is None:
             prios = np.full(n, self._max_priority if self._prioritized else 1.0)
         else:
             prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            if len(prios):
-                self._max_priority = max(self._max_priority, float(prios.max()))
         with self._lock:  # keys and chunk keys stay unique across threads
             keys = np.arange(self._next_key, self._next_key + n, dtype=np.uint64)
             self._next_key += n
             self._chunk_keys += len(names)
             chunk_key = self._chunk_keys
-        _core.insert_rows(self._table._core, self._store, [f"({k!r},)" for k in names],
-                          values, keys, prios, chunk_key, timeout)
+            first = self._fields is None
+            if first:  # set before rows can be sampled; undone if none land
+                self._fields, self._specs = names, specs
+        try:
+            _core.insert_rows(self._table._core, self._store,
+                              [f"({k!r},)" for k in names], values, keys, prios,
+                              chunk_key, timeout)
+        except BaseException:
+            with self._lock:
+                if first and len(self._table) == 0:
+                    self._fields = self._specs = None
+            raise
+        # Only a successful insert raises the default priority.
+        if priorities is not None and len(prios):
+            self._max_priority = max(self._max_priority, float(prios.max()))
 
     def sample(self, batch_size: int, beta: float = 0.4, *,
                timeout: float | None = None) -> dict[str, np.ndarray]:

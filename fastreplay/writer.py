@@ -337,8 +337,9 @@ class TrajectoryWriter:
             )
         if self._validate_items and target.signature is not None:
             _check_signature(table, target.signature, columns)
-        self._core.create_item(target._core, float(priority), columns)
+        # Set before the item can become visible to a concurrent sampler.
         target._structure = self._structure_of(trajectory, len(columns))
+        self._core.create_item(target._core, float(priority), columns)
 
     def _structure_of(self, trajectory: Any, n_leaves: int) -> Any:
         """The trajectory's nest with None leaves (cached for flat dicts)."""
