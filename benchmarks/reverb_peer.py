@@ -41,8 +41,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
-
-from peers import UNAVAILABLE, _guard  # one registry of unavailable peers
+from peers import _guard  # one registry of unavailable peers
 
 TABLE = "bench"
 EPISODE_STEPS = 1_000

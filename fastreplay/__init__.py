@@ -12,23 +12,22 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
         f"fastreplay (original error: {exc})"
     ) from exc
 
-from fastreplay._core import ChunkStore
-from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
-from fastreplay.errors import DeadlineExceededError, ReverbError
-from fastreplay.history import TrajectoryColumn, WeakCellRef
-from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
-from fastreplay.client import Client, SampleDataset
-from fastreplay.replay_buffer import ReplayBuffer
-from fastreplay.server import Server
-from fastreplay.table import Table, TableInfo
-from fastreplay.vector_writer import VectorTrajectoryWriter
-from fastreplay.writer import TrajectoryWriter
-
-from fastreplay import (  # noqa: E402 (Reverb modules)
+from fastreplay import (  # Reverb's module names
     checkpointers,
     item_selectors,
     trajectory_writer,
 )
+from fastreplay._core import ChunkStore
+from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
+from fastreplay.client import Client, SampleDataset
+from fastreplay.errors import DeadlineExceededError, ReverbError
+from fastreplay.history import TrajectoryColumn, WeakCellRef
+from fastreplay.replay_buffer import ReplayBuffer
+from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.server import Server
+from fastreplay.table import Table, TableInfo
+from fastreplay.vector_writer import VectorTrajectoryWriter
+from fastreplay.writer import TrajectoryWriter
 
 __all__ = [
     "AutoTunedChunkerOptions",
@@ -55,4 +54,5 @@ __all__ = [
     "item_selectors",
     "rate_limiters",
     "selectors",
+    "trajectory_writer",
 ]

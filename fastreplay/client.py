@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _nest, errors
-from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
 from fastreplay.server import Server, lookup
 from fastreplay.table import Table, TableInfo
 from fastreplay.writer import TrajectoryWriter
