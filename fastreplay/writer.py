@@ -179,7 +179,7 @@ class TrajectoryWriter:
         self._columns = _Columns(self._add_column)
         self._history: Any = None
         self._generation = 0  # end_episode(clear_buffers=True) calls so far
-        self._structures: dict[tuple[Any, ...], Any] = {}
+        self._flat_plans: dict[tuple[Any, ...], tuple[list[Any], Any]] = {}
         self._closed = False
 
     # ----- structure and columns -----
@@ -322,7 +322,13 @@ class TrajectoryWriter:
             table's selectors reject, or a signature mismatch.
         """
         self._check_open()
-        columns = _nest.flatten(trajectory)
+        plan = (self._flat_plans.get(tuple(trajectory))
+                if type(trajectory) is dict else None)
+        if plan is not None:  # a flat dict of columns seen before
+            columns, structure = [trajectory[k] for k in plan[0]], plan[1]
+        else:
+            columns = _nest.flatten(trajectory)
+            structure = self._structure_of(trajectory, columns)
         target = self._tables.get(table)
         if target is None:
             for column in columns:  # a wrong leaf type is reported first
@@ -338,16 +344,27 @@ class TrajectoryWriter:
         if self._validate_items and target.signature is not None:
             _check_signature(table, target.signature, columns)
         # Set before the item can become visible to a concurrent sampler.
-        target._structure = self._structure_of(trajectory, len(columns))
-        self._core.create_item(target._core, float(priority), columns)
+        target._structure = structure
+        try:
+            self._core.create_item(target._core, float(priority), columns)
+        except TypeError:
+            if plan is None or not any(_nest.is_nest(c) for c in columns):
+                raise
+            # Same keys as a cached flat dict, but now nested: flatten fully.
+            del self._flat_plans[tuple(trajectory)]
+            self.create_item(table, priority, trajectory)
 
-    def _structure_of(self, trajectory: Any, n_leaves: int) -> Any:
-        """The trajectory's nest with None leaves (cached for flat dicts)."""
-        if type(trajectory) is dict and len(trajectory) == n_leaves:
-            key = tuple(trajectory)
-            structure = self._structures.get(key)
-            if structure is None:
-                structure = self._structures[key] = dict.fromkeys(trajectory)
+    def _structure_of(self, trajectory: Any, columns: list[Any]) -> Any:
+        """The trajectory's nest with None leaves.  A flat dict of columns is
+        remembered (sorted keys, structure) so later items skip flattening."""
+        if type(trajectory) is dict and len(trajectory) == len(columns) and all(
+            isinstance(c, TrajectoryColumn) for c in columns
+        ):
+            structure = dict.fromkeys(trajectory)
+            try:
+                self._flat_plans[tuple(trajectory)] = (sorted(trajectory), structure)
+            except TypeError:  # unsortable keys: no cached plan
+                pass
             return structure
         return _nest.map_structure(lambda _: None, trajectory)
 

@@ -1748,3 +1748,18 @@ def test_public_exports() -> None:
                  "ChunkStore", "ConstantChunkerOptions", "AutoTunedChunkerOptions",
                  "VectorTrajectoryWriter"):
         assert hasattr(fastreplay, name)
+
+
+def test_cached_flat_trajectory_keys_can_later_hold_a_nest() -> None:
+    # create_item remembers flat dict trajectories by their keys; the same
+    # keys holding a nested value later must still be flattened fully.
+    table = fifo_table()
+    w = TrajectoryWriter(table, 3)
+    w.append({"a": 1, "b": 2.0})
+    h = w.history
+    w.create_item("t", 1.0, {"x": h["a"][-1], "y": h["b"][-1]})
+    w.create_item("t", 1.0, {"x": {"p": h["a"][-1], "q": h["a"][-1]}, "y": h["b"][-1]})
+    with pytest.raises(TypeError, match="TrajectoryColumn"):
+        w.create_item("t", 1.0, {"x": 5, "y": h["b"][-1]})
+    w.flush()
+    assert [len(d) for d in read_all(table)] == [2, 3]
