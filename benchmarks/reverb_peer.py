@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
-from peers import _guard  # one registry of unavailable peers
+from peers import UNAVAILABLE, _guard  # noqa: F401 (re-exported: one registry of unavailable peers)
 
 TABLE = "bench"
 EPISODE_STEPS = 1_000
