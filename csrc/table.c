@@ -279,6 +279,11 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
                                 t->scratch_slots, probabilities, t->scratch);
         for (int64_t j = 0; j < n; j++)
             __builtin_prefetch(&t->items[t->scratch_slots[j]]);
+        /* Payloads are retained below: bring their records in as well. */
+        if (payloads && t->ops.retain)
+            for (int64_t j = 0; j < n; j++)
+                __builtin_prefetch(
+                    (const void *)(uintptr_t)t->items[t->scratch_slots[j]].payload, 1);
         for (; k < n; k++)
             commit_sample(t, (int32_t)t->scratch_slots[k], probabilities[k], k,
                           keys, probabilities, priorities, times_sampled,
