@@ -15,11 +15,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pytest
+from threadutil import Worker, join_workers
 
 from fastreplay import Client, ReplaySample, SampleInfo, Server, Table
 from fastreplay import rate_limiters as rl
@@ -49,37 +50,10 @@ class ArraySpec:
         self.dtype = dtype
 
 
-class Worker(threading.Thread):
-    """A daemon thread that keeps its result or exception."""
-
-    def __init__(self, target: Callable[[], Any], name: str = "") -> None:
-        super().__init__(daemon=True, name=name or None)
-        self._fn = target
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = self._fn()
-        except BaseException as exc:  # re-raised by finish()
-            self.error = exc
-
-
 def finish(server: Server, workers: list[Worker], timeout: float = JOIN_TIMEOUT
            ) -> None:
     """Join every worker; on a hang stop the server, then fail."""
-    deadline = time.monotonic() + timeout
-    for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
-    hung = [w.name for w in workers if w.is_alive()]
-    if hung:
-        server.stop()
-        for w in workers:
-            w.join(2.0)
-        pytest.fail(f"threads still running after {timeout} s (deadlock?): {hung}")
-    for w in workers:
-        if w.error is not None:
-            raise w.error
+    join_workers(workers, server.stop, timeout)
 
 
 def uniform_table(name: str, max_size: int = 1000, **kwargs: Any) -> Table:

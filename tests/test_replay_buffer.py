@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from threadutil import Worker, join_workers
 
 from fastreplay import ReplayBuffer
 from fastreplay.errors import DeadlineExceededError, InvalidPriorityError
@@ -52,33 +52,8 @@ def key_of(buf: ReplayBuffer, rid: int, draws: int = 2000) -> int:
     return int(hits[0])
 
 
-class Worker(threading.Thread):
-    def __init__(self, target: Callable[[], Any], name: str = "") -> None:
-        super().__init__(daemon=True, name=name or None)
-        self._fn = target
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = self._fn()
-        except BaseException as exc:  # re-raised by the test
-            self.error = exc
-
-
 def join_all(buf: ReplayBuffer, workers: list[Worker]) -> None:
-    deadline = time.monotonic() + JOIN_TIMEOUT
-    for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
-    hung = [w.name for w in workers if w.is_alive()]
-    if hung:
-        buf.table.close()
-        for w in workers:
-            w.join(2.0)
-        pytest.fail(f"threads still running after {JOIN_TIMEOUT} s: {hung}")
-    for w in workers:
-        if w.error is not None:
-            raise w.error
+    join_workers(workers, buf.table.close, JOIN_TIMEOUT)
 
 
 # ----- shapes, dtypes, data -----

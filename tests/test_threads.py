@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadutil import Worker, join_workers
 
 from fastreplay import Table
 from fastreplay import rate_limiters as rl
@@ -26,37 +27,9 @@ JOIN_TIMEOUT = 10.0
 _DONE_RE = re.compile(r"(\d+) of (\d+) inserted")
 
 
-class Worker(threading.Thread):
-    """A daemon thread that stores its result or exception."""
-
-    def __init__(self, target: Callable[[], Any], name: str = "") -> None:
-        super().__init__(daemon=True, name=name or None)
-        self._fn = target
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.started_call = threading.Event()
-
-    def run(self) -> None:
-        try:
-            self.result = self._fn()
-        except BaseException as exc:  # re-raised by finish()
-            self.error = exc
-
-
 def finish(table: Table, workers: list[Worker], timeout: float = JOIN_TIMEOUT) -> None:
     """Join every worker; on a hang close the table, then fail."""
-    deadline = time.monotonic() + timeout
-    for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
-    hung = [w.name for w in workers if w.is_alive()]
-    if hung:
-        table.close()
-        for w in workers:
-            w.join(2.0)
-        pytest.fail(f"threads still running after {timeout} s (deadlock?): {hung}")
-    for w in workers:
-        if w.error is not None:
-            raise w.error
+    join_workers(workers, table.close, timeout)
 
 
 def wait_blocked(worker: Worker, seconds: float = 0.15) -> None:
