@@ -388,13 +388,20 @@ cdef class WriterCore:
     def step_open(self) -> bool:
         return bool(fr_writer_step_open(self._w))
 
-    def append(self, list cols, list values, bint partial) -> None:
-        """Append one (partial) step: values[i] (not None) for column cols[i].
+    def append(self, list flat, bint partial) -> None:
+        """Append one (partial) step: ``flat[c]`` is column c's value, or
+        None where the step has none.
 
         Validates every value (dtype, shape, repeated column) before writing
-        anything; the copy into chunk buffers and any compression run without
-        the GIL.
+        anything.  Steps copying 256 KiB or more run without the GIL (see
+        _NOGIL_MIN_BYTES for why smaller ones keep it).
         """
+        cdef list cols = [], values = []
+        cdef Py_ssize_t c
+        for c in range(len(flat)):
+            if flat[c] is not None:
+                cols.append(c)
+                values.append(flat[c])
         cdef _Step step = _Step(self._paths, cols, values, 0)
         cdef int32_t bad = -1
         cdef int rc

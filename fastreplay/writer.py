@@ -268,9 +268,7 @@ class TrajectoryWriter:
             A value that is not numeric or bool.
         """
         self._check_open()
-        flat = self._columns.flatten(data)
-        cols = [i for i, v in enumerate(flat) if v is not None]
-        self._core.append(cols, [flat[i] for i in cols], partial_step)
+        self._core.append(self._columns.flatten(data), partial_step)
         return StepReferences(self, self._core.history_len - 1, data)
 
     def _cells_at(self, col: int, position: int, generation: int) -> int:
