@@ -165,4 +165,5 @@ def priority_weight(double priority, double exponent) -> float:
 include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"
+include "_trajwriter.pxi"
 include "_checkpoint.pxi"

@@ -1,8 +1,10 @@
 # WeakCellRef, TrajectoryColumn and ColumnHistory: views of writer cells.
 # Included by _core.pyx after _writer.pxi.  Nothing here copies data: a
-# TrajectoryColumn holds a column index (or an int32 array of them) and an
-# int64 array of cell ids, and slicing history fills that array in C.
+# TrajectoryColumn holds a column index (or a C array of them) and a C array
+# of cell ids (inline for short columns), and slicing history fills that
+# array in C: no Python object per cell.
 
+cimport cython
 from cpython.slice cimport PySlice_GetIndicesEx
 
 
@@ -48,6 +50,11 @@ cdef class WeakCellRef:
         return f"WeakCellRef(column={self._col}, cell={self._id}, {state})"
 
 
+DEF _TC_INLINE = 8
+
+
+@cython.freelist(32)
+@cython.no_gc  # holds only a WriterCore and a path: no cycles through it
 cdef class TrajectoryColumn:
     """TrajectoryColumn(data_references, *, squeeze=False, path=None)
 
@@ -56,10 +63,18 @@ cdef class TrajectoryColumn:
     """
 
     cdef readonly object _core     # WriterCore, or None when empty
-    cdef readonly object _cols     # int (one writer column) or int32 array
-    cdef readonly object _ids      # int64 array of cell ids
     cdef readonly bint _squeeze
     cdef readonly object _path
+    cdef Py_ssize_t n
+    cdef int32_t col               # the column of every cell when cols is NULL
+    cdef int32_t *cols             # per-cell columns (heap), or NULL
+    cdef int64_t *ids              # cell ids: _inline or heap
+    cdef int64_t _inline[_TC_INLINE]
+
+    def __cinit__(self, *args, **kwargs):
+        self.n = 0
+        self.cols = NULL
+        self.ids = self._inline
 
     def __init__(self, data_references, *, bint squeeze=False, path=None) -> None:
         refs = list(data_references)
@@ -71,64 +86,118 @@ cdef class TrajectoryColumn:
                                 f"{type(r).__name__}")
         if len({id((<WeakCellRef>r)._core) for r in refs}) > 1:
             raise ValueError("a TrajectoryColumn cannot mix cells of two writers")
-        self._set(refs[0]._core if refs else None,
-                  np.array([(<WeakCellRef>r)._col for r in refs], dtype=np.int32),
-                  np.array([(<WeakCellRef>r)._id for r in refs], dtype=np.int64),
-                  squeeze, path)
-
-    cdef _set(self, core, cols, ids, bint squeeze, path):
-        if squeeze and len(ids) != 1:
-            raise ValueError("Columns must contain exactly one data reference when "
-                             f"squeeze set, got {len(ids)}")
-        self._core, self._cols, self._ids = core, cols, ids
+        self._check_squeeze(len(refs), squeeze)
+        self._reserve(len(refs), True)
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            self.cols[k] = (<WeakCellRef>refs[k])._col
+            self.ids[k] = (<WeakCellRef>refs[k])._id
+        self._core = refs[0]._core if refs else None
         self._squeeze, self._path = squeeze, path
 
+    def __dealloc__(self):
+        if self.ids != self._inline:
+            free(self.ids)
+        free(self.cols)
+
+    cdef int _check_squeeze(self, Py_ssize_t n, bint squeeze) except -1:
+        if squeeze and n != 1:
+            raise ValueError("Columns must contain exactly one data reference when "
+                             f"squeeze set, got {n}")
+        return 0
+
+    cdef int _reserve(self, Py_ssize_t n, bint per_cell_cols) except -1:
+        """Room for n cells (per-cell columns too when asked)."""
+        if self.ids != self._inline:
+            free(self.ids)
+        free(self.cols)
+        self.ids, self.cols, self.n = self._inline, NULL, 0
+        if n > _TC_INLINE:
+            self.ids = <int64_t *>malloc(n * sizeof(int64_t))
+        if per_cell_cols:
+            self.cols = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        if self.ids == NULL or (per_cell_cols and self.cols == NULL):
+            self.ids = self._inline
+            raise MemoryError()
+        self.n = n
+        return 0
+
     @staticmethod
-    cdef TrajectoryColumn make(core, cols, ids, bint squeeze, path):
+    cdef TrajectoryColumn empty(WriterCore core, int32_t col, Py_ssize_t n,
+                                bint squeeze, path):
+        """A column of n cells of writer column ``col``, ids to be filled."""
         cdef TrajectoryColumn c = TrajectoryColumn.__new__(TrajectoryColumn)
-        c._set(core, cols, ids, squeeze, path)
+        c._reserve(n, False)
+        c.col = col
+        c._core, c._squeeze, c._path = core, squeeze, path
         return c
 
-    cdef object col_array(self):
-        if isinstance(self._cols, int):
-            return np.full(len(self._ids), self._cols, dtype=np.int32)
-        return self._cols
+    cdef inline int32_t col_at(self, Py_ssize_t k) noexcept:
+        return self.col if self.cols == NULL else self.cols[k]
+
+    cdef list _pairs(self):
+        return [(self.col_at(k), self.ids[k]) for k in range(self.n)]
+
+    @property
+    def _ids(self):
+        """The cell ids (a copy)."""
+        return np.array([self.ids[k] for k in range(self.n)], dtype=np.int64)
+
+    @property
+    def _cols(self):
+        """The column of every cell: an int, or an int32 array (a copy)."""
+        if self.cols == NULL:
+            return self.col
+        return np.array([self.cols[k] for k in range(self.n)], dtype=np.int32)
 
     @property
     def is_squeezed(self) -> bool:
         return self._squeeze
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self.n
 
     def __iter__(self):
-        for c, i in zip(self.col_array().tolist(), self._ids.tolist()):
+        for c, i in self._pairs():
             yield WeakCellRef(self._core, c, i)
 
     def __getitem__(self, val) -> TrajectoryColumn:
-        cdef Py_ssize_t n = len(self._ids)
+        cdef Py_ssize_t n = self.n, k
+        cdef bint squeeze = False
         if isinstance(val, (int, np.integer)):
             if not -n <= val < n:
                 raise IndexError(f"index {val} out of range for column of length {n}")
-            idx = [int(val) % n]
+            picks = [int(val) % n]
             squeeze = True
-        elif isinstance(val, (slice, list)):
-            idx, squeeze = val, False
+        elif isinstance(val, slice):
+            picks = list(range(n))[val]
+        elif isinstance(val, list):
+            picks = []
+            for v in val:
+                if not -n <= v < n:
+                    raise IndexError(f"index {v} out of range for column of length "
+                                     f"{n}")
+                picks.append(int(v) % n)
         else:
             raise TypeError("TrajectoryColumn indices must be int, slice or list, "
                             f"got {type(val).__name__}")
-        return TrajectoryColumn.make(self._core, self.col_array()[idx],
-                                     self._ids[idx], squeeze, self._path)
+        cdef TrajectoryColumn c = TrajectoryColumn.__new__(TrajectoryColumn)
+        c._reserve(len(picks), True)
+        for k in range(c.n):
+            c.cols[k] = self.col_at(picks[k])
+            c.ids[k] = self.ids[<Py_ssize_t>picks[k]]
+        c._core, c._squeeze, c._path = self._core, squeeze, self._path
+        return c
 
     cdef dict _info(self):
-        if not len(self._ids):
+        if not self.n:
             raise ValueError("an empty TrajectoryColumn has no dtype or shape")
-        return (<WriterCore>self._core).column_info(int(self.col_array()[0]))
+        return (<WriterCore>self._core).column_info(self.col_at(0))
 
     @property
     def shape(self) -> tuple:
         shape = tuple(self._info()["shape"])
-        return shape if self._squeeze else (len(self._ids), *shape)
+        return shape if self._squeeze else (self.n, *shape)
 
     @property
     def dtype(self):
@@ -137,7 +206,7 @@ cdef class TrajectoryColumn:
     def numpy(self):
         """The referenced values, stacked (or the single value if squeezed)."""
         cdef WriterCore core = self._core
-        pairs = list(zip(self.col_array().tolist(), self._ids.tolist()))
+        pairs = self._pairs()
         if any(not fr_writer_cell_alive(core._w, c, i) for c, i in pairs):
             raise RuntimeError("Cannot convert TrajectoryColumn with expired data "
                                "references to numpy array.")
@@ -145,10 +214,11 @@ cdef class TrajectoryColumn:
         return values[0] if self._squeeze else np.stack(values)
 
     def __repr__(self) -> str:
-        return (f"TrajectoryColumn(path={self._path}, length={len(self._ids)}, "
+        return (f"TrajectoryColumn(path={self._path}, length={self.n}, "
                 f"squeeze={self._squeeze})")
 
 
+@cython.no_gc  # holds only a WriterCore and a path
 cdef class ColumnHistory:
     """The history of one writer column, indexed like a list of steps: an int
     gives a squeezed column, a slice or list of ints a non-squeezed one."""
@@ -165,22 +235,21 @@ cdef class ColumnHistory:
 
     cdef TrajectoryColumn _range(self, Py_ssize_t start, Py_ssize_t step,
                                  Py_ssize_t count, bint squeeze):
-        ids = np.empty(count, dtype=np.int64)
-        cdef int64_t[::1] iv = ids
-        cdef int64_t missing = 0
-        if count:
-            missing = fr_writer_cells_range(self._core._w, self._col, start, step,
-                                            count, &iv[0])
-        if missing:
-            raise ValueError(_NONE_REFS.format(self._path, [
-                None if i < 0 else WeakCellRef(self._core, self._col, i)
-                for i in ids.tolist()]))
-        return TrajectoryColumn.make(self._core, self._col, ids, squeeze, self._path)
+        cdef TrajectoryColumn c = TrajectoryColumn.empty(self._core, self._col, count,
+                                                         squeeze, self._path)
+        if count and fr_writer_cells_range(self._core._w, self._col, start, step,
+                                           count, c.ids):
+            self._raise_missing([c.ids[k] for k in range(count)])
+        return c
+
+    cdef _raise_missing(self, list ids):
+        raise ValueError(_NONE_REFS.format(self._path, [
+            None if i < 0 else WeakCellRef(self._core, self._col, i) for i in ids]))
 
     def __getitem__(self, val) -> TrajectoryColumn:
         cdef Py_ssize_t n = fr_writer_history_len(self._core._w)
-        cdef Py_ssize_t start, stop, step, count
-        if isinstance(val, slice):
+        cdef Py_ssize_t start, stop, step, count, k
+        if type(val) is slice:
             PySlice_GetIndicesEx(val, n, &start, &stop, &step, &count)
             return self._range(start, step, count, False)
         if isinstance(val, (int, np.integer)):
@@ -192,12 +261,14 @@ cdef class ColumnHistory:
             if ((pos < -n) | (pos >= n)).any():
                 raise IndexError(f"history indices {val} out of range for {n} steps")
             pos %= max(n, 1)
-            ids = self._core.cells_at(self._col, pos)
-            if (ids < 0).any():
-                raise ValueError(_NONE_REFS.format(self._path, [
-                    None if i < 0 else WeakCellRef(self._core, self._col, i)
-                    for i in ids.tolist()]))
-            return TrajectoryColumn.make(self._core, self._col, ids, False, self._path)
+            ids = self._core.cells_at(self._col, pos).tolist()
+            if any(i < 0 for i in ids):
+                self._raise_missing(ids)
+            c = TrajectoryColumn.empty(self._core, self._col, len(ids), False,
+                                       self._path)
+            for k in range(len(ids)):
+                (<TrajectoryColumn>c).ids[k] = ids[k]
+            return c
         raise TypeError("history indices must be int, slice or list, "
                         f"got {type(val).__name__}")
 

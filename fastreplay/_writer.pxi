@@ -120,109 +120,126 @@ _ndarray = np.ndarray
 _generic = np.generic  # numpy scalars export typed buffers too
 
 
-cdef class _Step:
-    """The values of one append, validated and pinned as C rows: buffers of
-    numpy arrays and scalars are held (not copied) until release(); Python
-    floats, ints and bools are stored inline.  With ``batched`` each value
-    has a leading environment axis that is not part of the spec."""
+cdef struct _StepArrays:
+    # One append's values as C rows (see _step_put); the arrays have room
+    # for every value, views[0..n_views) are held buffers.
+    Py_ssize_t n, n_views
+    int64_t total          # bytes referenced
+    int32_t *cols
+    const void **rows
+    fr_spec *specs
+    Py_buffer *views
+    int64_t *strides       # bytes between environments (batched)
+    int64_t *scalars       # storage of Python scalars (8 bytes each)
 
-    cdef Py_ssize_t n, n_views
-    cdef int32_t *cols
-    cdef const void **rows
-    cdef fr_spec *specs
-    cdef Py_buffer *views
-    cdef int64_t *strides  # bytes between environments (batched)
-    cdef int64_t *scalars  # storage of Python scalars (8 bytes each)
-    cdef bint heavy        # enough bytes that releasing the GIL pays off
-    cdef bint owned        # arrays were malloc'ed (more than _STEP_INLINE)
-    cdef int32_t _cols[_STEP_INLINE]
-    cdef const void *_rows[_STEP_INLINE]
-    cdef fr_spec _specs[_STEP_INLINE]
-    cdef Py_buffer _views[_STEP_INLINE]
-    cdef int64_t _strides[_STEP_INLINE]
-    cdef int64_t _scalars[_STEP_INLINE]
+
+cdef struct _StepInline:
+    # Stack storage of a step of at most _STEP_INLINE values.
+    _StepArrays a
+    int32_t cols[_STEP_INLINE]
+    const void *rows[_STEP_INLINE]
+    fr_spec specs[_STEP_INLINE]
+    Py_buffer views[_STEP_INLINE]
+    int64_t strides[_STEP_INLINE]
+    int64_t scalars[_STEP_INLINE]
+
+
+cdef inline void _step_inline_init(_StepInline *s) noexcept:
+    s.a.n = s.a.n_views = s.a.total = 0
+    s.a.cols, s.a.rows, s.a.specs = s.cols, s.rows, s.specs
+    s.a.views, s.a.strides, s.a.scalars = s.views, s.strides, s.scalars
+
+
+cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
+                   Py_ssize_t batched) except -1:
+    """Add value ``v`` for column ``col`` as entry s.n: Python floats, ints
+    and bools are stored inline, numpy arrays and scalars are pinned through
+    the buffer protocol (not copied), anything else is converted by numpy.
+    With ``batched`` the value has a leading environment axis of that length
+    which is not part of the spec."""
+    cdef Py_ssize_t i = s.n, d, lead = 1 if batched else 0
+    cdef fr_spec *spec = &s.specs[i]
+    cdef Py_buffer *view
+    cdef char kind = 0
+    s.cols[i] = col
+    if not batched and (type(v) is float or type(v) is int or type(v) is bool):
+        _scalar_spec(v, spec, &s.scalars[i])
+        s.rows[i] = &s.scalars[i]
+        s.strides[i] = spec.row_bytes
+        s.n += 1
+        return 0
+    view = &s.views[s.n_views]
+    if type(v) is _ndarray or (isinstance(v, _generic) and
+                               v.dtype.kind in _SUPPORTED_KINDS):
+        try:
+            PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            kind = _format_kind(view.format)
+            if kind == 0:
+                PyBuffer_Release(view)
+        except (BufferError, ValueError):  # not C-contiguous: copy below
+            kind = 0
+    if kind == 0:
+        v = _as_native_array(v, path)
+        PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+        kind = _format_kind(view.format)
+    s.n_views += 1
+    if view.ndim - lead > FR_MAX_NDIM or view.ndim < lead:
+        raise ValueError(
+            f"column {path}: expected between {lead} and "
+            f"{FR_MAX_NDIM + lead} dimensions, got {view.ndim}")
+    if batched and view.shape[0] != batched:
+        raise ValueError(
+            f"column {path}: leading axis {view.shape[0]} "
+            f"!= number of environments {batched}")
+    spec.dtype = kind
+    spec.itemsize = view.itemsize
+    spec.ndim = view.ndim - lead
+    spec.row_bytes = view.itemsize
+    for d in range(lead, view.ndim):
+        spec.shape[d - lead] = view.shape[d]
+        spec.row_bytes *= view.shape[d]
+    s.strides[i] = spec.row_bytes
+    s.rows[i] = view.buf
+    s.total += view.len
+    s.n += 1
+    return 0
+
+
+cdef void _step_release(_StepArrays *s) noexcept:
+    cdef Py_ssize_t i
+    for i in range(s.n_views):
+        PyBuffer_Release(&s.views[i])
+    s.n_views = 0
+
+
+cdef class _Step:
+    """A step of any number of values on the heap (_StepArrays), for batched
+    appends and row inserts: values[i] goes to column cols[i]."""
+
+    cdef _StepArrays a
 
     def __cinit__(self, list paths, list cols, list values, Py_ssize_t batched):
-        cdef Py_ssize_t n = len(cols), i, d, lead = 1 if batched else 0
-        cdef int64_t total = 0
-        cdef Py_buffer *view
-        cdef fr_spec *spec
-        cdef char kind
-        cdef object v
-        self.n = n
-        self.n_views = 0
-        self.owned = n > _STEP_INLINE
-        if self.owned:
-            self.cols = <int32_t *>malloc(n * sizeof(int32_t))
-            self.rows = <const void **>malloc(n * sizeof(void *))
-            self.specs = <fr_spec *>malloc(n * sizeof(fr_spec))
-            self.views = <Py_buffer *>malloc(n * sizeof(Py_buffer))
-            self.strides = <int64_t *>malloc(n * sizeof(int64_t))
-            self.scalars = <int64_t *>malloc(n * sizeof(int64_t))
-            if not (self.cols and self.rows and self.specs and self.views and
-                    self.strides and self.scalars):
-                raise MemoryError()
-        else:
-            self.cols, self.rows, self.specs = self._cols, self._rows, self._specs
-            self.views, self.strides = self._views, self._strides
-            self.scalars = self._scalars
+        cdef Py_ssize_t n = len(cols), i
+        cdef size_t m = max(n, 1)
+        self.a.cols = <int32_t *>malloc(m * sizeof(int32_t))
+        self.a.rows = <const void **>malloc(m * sizeof(void *))
+        self.a.specs = <fr_spec *>malloc(m * sizeof(fr_spec))
+        self.a.views = <Py_buffer *>malloc(m * sizeof(Py_buffer))
+        self.a.strides = <int64_t *>malloc(m * sizeof(int64_t))
+        self.a.scalars = <int64_t *>malloc(m * sizeof(int64_t))
+        if not (self.a.cols and self.a.rows and self.a.specs and self.a.views and
+                self.a.strides and self.a.scalars):
+            raise MemoryError()
         for i in range(n):
-            self.cols[i] = cols[i]
-            v = values[i]
-            spec = &self.specs[i]
-            if not batched and (type(v) is float or type(v) is int
-                                or type(v) is bool):
-                _scalar_spec(v, spec, &self.scalars[i])
-                self.rows[i] = &self.scalars[i]
-                self.strides[i] = spec.row_bytes
-                continue
-            view = &self.views[self.n_views]
-            kind = 0
-            if type(v) is _ndarray or (isinstance(v, _generic) and
-                                       v.dtype.kind in _SUPPORTED_KINDS):
-                try:
-                    PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
-                    kind = _format_kind(view.format)
-                    if kind == 0:
-                        PyBuffer_Release(view)
-                except (BufferError, ValueError):  # not C-contiguous: copy below
-                    kind = 0
-            if kind == 0:
-                v = _as_native_array(v, paths[self.cols[i]])
-                PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
-                kind = _format_kind(view.format)
-            self.n_views += 1
-            if view.ndim - lead > FR_MAX_NDIM or view.ndim < lead:
-                raise ValueError(
-                    f"column {paths[self.cols[i]]}: expected between {lead} and "
-                    f"{FR_MAX_NDIM + lead} dimensions, got {view.ndim}")
-            if batched and view.shape[0] != batched:
-                raise ValueError(
-                    f"column {paths[self.cols[i]]}: leading axis {view.shape[0]} "
-                    f"!= number of environments {batched}")
-            spec.dtype = kind
-            spec.itemsize = view.itemsize
-            spec.ndim = view.ndim - lead
-            spec.row_bytes = view.itemsize
-            for d in range(lead, view.ndim):
-                spec.shape[d - lead] = view.shape[d]
-                spec.row_bytes *= view.shape[d]
-            self.strides[i] = spec.row_bytes
-            self.rows[i] = view.buf
-            total += view.len
-        self.heavy = total >= _NOGIL_MIN_BYTES
+            _step_put(&self.a, cols[i], values[i], paths[cols[i]], batched)
 
     cdef void release(self):
-        cdef Py_ssize_t i
-        for i in range(self.n_views):
-            PyBuffer_Release(&self.views[i])
-        self.n_views = 0
+        _step_release(&self.a)
 
     def __dealloc__(self):
-        self.release()
-        if self.owned:
-            free(self.cols); free(self.rows); free(self.specs); free(self.views)
-            free(self.strides); free(self.scalars)
+        _step_release(&self.a)
+        free(self.a.cols); free(self.a.rows); free(self.a.specs)
+        free(self.a.views); free(self.a.strides); free(self.a.scalars)
 
 
 cdef int _scalar_spec(object v, fr_spec *spec, int64_t *slot) except -1:
@@ -262,9 +279,9 @@ cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
     cdef int32_t bad = -1
     cdef int rc = FR_OK
     for e in range(n_envs):
-        for i in range(step.n):
-            rows[i] = <const char *>step.rows[i] + e * step.strides[i]
-        rc = fr_writer_append(ws[e], step.n, step.cols, rows, step.specs,
+        for i in range(step.a.n):
+            rows[i] = <const char *>step.a.rows[i] + e * step.a.strides[i]
+        rc = fr_writer_append(ws[e], step.a.n, step.a.cols, rows, step.a.specs,
                               partial, &bad)
         if rc != FR_OK:
             break
@@ -282,7 +299,7 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
     cdef WriterCore core
     cdef int32_t bad = -1
     cdef int rc = FR_OK
-    cdef const void **rows = <const void **>malloc(max(step.n, 1) * sizeof(void *))
+    cdef const void **rows = <const void **>malloc(max(step.a.n, 1) * sizeof(void *))
     cdef fr_writer **ws = <fr_writer **>malloc(max(n_envs, 1) * sizeof(void *))
     try:
         if not rows or not ws:
@@ -290,10 +307,10 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
         for e in range(n_envs):
             core = cores[e]
             ws[e] = core._w
-            rc = fr_writer_check_append(ws[e], step.n, step.cols, step.specs, &bad)
+            rc = fr_writer_check_append(ws[e], step.a.n, step.a.cols, step.a.specs, &bad)
             if rc != FR_OK:
                 core._raise_append(rc, cols, values, bad, 1)
-        if step.heavy or n_envs * step.n > 64:
+        if step.a.total >= _NOGIL_MIN_BYTES or n_envs * step.a.n > 64:
             with nogil:
                 rc = _append_envs(ws, n_envs, step, rows, partial)
         else:
@@ -396,27 +413,42 @@ cdef class WriterCore:
         anything.  Steps copying 256 KiB or more run without the GIL (see
         _NOGIL_MIN_BYTES for why smaller ones keep it).
         """
-        cdef list cols = [], values = []
-        cdef Py_ssize_t c
-        for c in range(len(flat)):
-            if flat[c] is not None:
-                cols.append(c)
-                values.append(flat[c])
-        cdef _Step step = _Step(self._paths, cols, values, 0)
+        self._append(flat, partial)
+
+    cdef int _append(self, list flat, bint partial) except -1:
+        cdef Py_ssize_t c, n = len(flat), m = 0
+        cdef _StepInline inline
+        cdef _StepArrays *a = &inline.a
+        cdef _Step heap = None
         cdef int32_t bad = -1
         cdef int rc
+        for c in range(n):
+            if flat[c] is not None:
+                m += 1
+        if m > _STEP_INLINE:
+            heap = _Step(self._paths, [c for c in range(n) if flat[c] is not None],
+                         [v for v in flat if v is not None], 0)
+            a = &heap.a
+        else:
+            _step_inline_init(&inline)
         try:
-            if step.heavy:
+            if heap is None:
+                for c in range(n):
+                    if flat[c] is not None:
+                        _step_put(a, c, flat[c], self._paths[c], 0)
+            if a.total >= _NOGIL_MIN_BYTES:
                 with nogil:
-                    rc = fr_writer_append(self._w, step.n, step.cols, step.rows,
-                                          step.specs, partial, &bad)
+                    rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
+                                          partial, &bad)
             else:
-                rc = fr_writer_append(self._w, step.n, step.cols, step.rows,
-                                      step.specs, partial, &bad)
+                rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
+                                      partial, &bad)
         finally:
-            step.release()
+            _step_release(a)
         if rc != FR_OK:
-            self._raise_append(rc, cols, values, bad, 0)
+            cols = [c for c in range(n) if flat[c] is not None]
+            self._raise_append(rc, cols, [flat[c] for c in cols], bad, 0)
+        return 0
 
     cdef _raise_append(self, int rc, list cols, list values, int32_t bad,
                        int batched):
@@ -484,45 +516,49 @@ cdef class WriterCore:
     def create_item(self, TableCore table, double priority, list columns) -> int:
         """Queue an item whose trajectory columns are the TrajectoryColumn
         objects ``columns`` (in flatten order).  Returns the item's key."""
+        return self._create(table, priority, columns)
+
+    cdef uint64_t _create(self, TableCore table, double priority,
+                          list columns) except? 0:
         cdef Py_ssize_t n = len(columns), total = 0, i, k, at = 0
         cdef TrajectoryColumn tc
         for c in columns:
-            if not isinstance(c, TrajectoryColumn):
+            if type(c) is not TrajectoryColumn and not isinstance(c, TrajectoryColumn):
                 raise TypeError("All leaves of the trajectory must be "
                                 f"TrajectoryColumn, got {type(c).__name__}")
             tc = c
-            if len(tc._ids) and tc._core is not self:
+            if tc.n and tc._core is not self:
                 raise ValueError("TrajectoryColumn refers to another writer's cells")
-            total += len(tc._ids)
-        cdef int32_t *lens = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
-        cdef uint8_t *sq = <uint8_t *>malloc(max(n, 1))
-        cdef int32_t *cv = <int32_t *>malloc(max(total, 1) * sizeof(int32_t))
-        cdef int64_t *iv = <int64_t *>malloc(max(total, 1) * sizeof(int64_t))
-        cdef const int32_t[::1] cm
-        cdef const int64_t[::1] im
-        cdef int32_t one_col
+            total += tc.n
+        # Stack arrays for the usual few short columns, else the heap.
+        cdef int32_t lens_s[16]
+        cdef uint8_t sq_s[16]
+        cdef int32_t cv_s[64]
+        cdef int64_t iv_s[64]
+        cdef int32_t *lens = lens_s
+        cdef uint8_t *sq = sq_s
+        cdef int32_t *cv = cv_s
+        cdef int64_t *iv = iv_s
         cdef uint64_t key = 0
         cdef int32_t bad_column = -1, bad_ref = -1
         cdef int rc
+        if n > 16:
+            lens = <int32_t *>malloc(n * sizeof(int32_t))
+            sq = <uint8_t *>malloc(n)
+        if total > 64:
+            cv = <int32_t *>malloc(total * sizeof(int32_t))
+            iv = <int64_t *>malloc(total * sizeof(int64_t))
         try:
             if not lens or not sq or not cv or not iv:
                 raise MemoryError()
             for i in range(n):
                 tc = columns[i]
-                im = tc._ids
-                lens[i] = im.shape[0]
+                lens[i] = <int32_t>tc.n
                 sq[i] = tc._squeeze
-                if isinstance(tc._cols, int):
-                    one_col = tc._cols
-                    for k in range(im.shape[0]):
-                        cv[at + k] = one_col
-                        iv[at + k] = im[k]
-                else:
-                    cm = tc._cols
-                    for k in range(im.shape[0]):
-                        cv[at + k] = cm[k]
-                        iv[at + k] = im[k]
-                at += im.shape[0]
+                for k in range(tc.n):
+                    cv[at + k] = tc.col_at(k)
+                    iv[at + k] = tc.ids[k]
+                at += tc.n
             # Short and non-blocking: keeping the GIL is cheaper than handing
             # it over twice.
             rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
@@ -530,7 +566,10 @@ cdef class WriterCore:
             if rc != FR_OK:
                 self._raise_create(rc, table, priority, columns, bad_column, bad_ref)
         finally:
-            free(lens); free(sq); free(cv); free(iv)
+            if lens != lens_s:
+                free(lens); free(sq)
+            if cv != cv_s:
+                free(cv); free(iv)
         return key
 
     cdef _raise_create(self, int rc, TableCore table, double priority, list columns,
@@ -539,7 +578,7 @@ cdef class WriterCore:
             _raise_for_status(rc, "", "`priority` must not be nan.")
         if bad_column < 0:
             _raise_for_status(rc, f"table '{table.name}', priority {priority!r}")
-        cols = (<TrajectoryColumn>columns[bad_column]).col_array().tolist()
+        cols = [c for c, _ in (<TrajectoryColumn>columns[bad_column])._pairs()]
         prefix = f"Error in column {bad_column}: "
         if rc == FR_ESQUEEZE:
             message = (f"TrajectoryColumn must contain exactly one row when squeeze "
@@ -613,7 +652,7 @@ def insert_rows(TableCore table, ChunkStore store, list names, list values, keys
     cdef int rc
     try:
         with nogil:
-            rc = fr_insert_rows(table._t, store._s, step.n, step.specs, step.rows, n,
+            rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs, step.a.rows, n,
                                 &kv[0], &pv[0], chunk_key, tns, &done, &bad)
     finally:
         step.release()

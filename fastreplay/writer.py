@@ -30,77 +30,23 @@ __all__ = ["TrajectoryWriter"]
 #: Chunk store used by writers not given one (shared accounting).
 DEFAULT_STORE = _core.ChunkStore()
 
-_NESTS = (dict, list, tuple)
-
-
-class _Mismatch(Exception):
-    """The data does not have exactly the cached structure."""
-
-
-def _compile_plan(structure: Any, column_of: dict[tuple[Any, ...], int]
-                  ) -> Callable[[Any], list[Any]]:
-    """A function mapping data with exactly ``structure`` to its leaves in
-    column order (raising _Mismatch otherwise), generated as straight-line
-    code so a step costs one call, not a tree walk."""
-    lines: list[str] = []
-    env: dict[str, Any] = {"_Mismatch": _Mismatch, "_NESTS": _NESTS}
-    leaves: dict[int, str] = {}
-    counter = [0]
-
-    def visit(node: Any, var: str, path: tuple[Any, ...]) -> None:
-        if not _nest.is_nest(node):
-            name = f"v{counter[0]}"
-            counter[0] += 1
-            lines.append(f"    {name} = {var}")
-            lines.append(f"    if isinstance({name}, _NESTS): raise _Mismatch")
-            leaves[column_of[path]] = name
-            return
-        tname = f"T{counter[0]}"
-        counter[0] += 1
-        env[tname] = type(node)
-        lines.append(f"    if type({var}) is not {tname} or len({var}) != {len(node)}:"
-                     " raise _Mismatch")
-        for key, child in _nest.items(node):
-            child_var = f"n{counter[0]}"
-            counter[0] += 1
-            if _nest.is_namedtuple(node):
-                access = f"{var}.{key}"
-            else:
-                kname = f"K{counter[0]}"
-                counter[0] += 1
-                env[kname] = key
-                access = f"{var}[{kname}]"
-            lines.append(f"    {child_var} = {access}")
-            visit(child, child_var, path + (key,))
-
-    visit(structure, "d", ())
-    body = ", ".join(leaves[i] for i in range(len(leaves)))
-    src = "def plan(d):\n" + "\n".join(lines) + f"\n    return [{body}]\n"
-    exec(compile(src, "<fastreplay flatten plan>", "exec"), env)
-    return env["plan"]  # type: ignore[no-any-return]
-
-
 class _Columns:
     """Structure bookkeeping: the union of every appended structure, the
     column index of each leaf path (new paths are numbered at the end), and
-    the compiled flatten plan."""
+    the compiled flatten plan (``_core.FlattenPlan``)."""
 
     def __init__(self, on_new_column: Callable[[tuple[Any, ...]], None]) -> None:
         self.structure: Any = None  # meaningful once `seen` (None is a leaf)
         self.seen = False
         self.paths: list[tuple[Any, ...]] = []
         self.index: dict[tuple[Any, ...], int] = {}
-        self._plan: Callable[[Any], list[Any]] | None = None
+        self._plan: _core.FlattenPlan | None = None
         self._on_new_column = on_new_column
 
     def flatten(self, data: Any) -> list[Any]:
         """Values of ``data`` per column (None where absent)."""
-        if self._plan is not None:
-            try:
-                return self._plan(data)
-            except (_Mismatch, KeyError, IndexError, AttributeError, TypeError):
-                pass
-        return self._flatten_slow(data)
+        flat = None if self._plan is None else self._plan.flatten(data)
+        return self._flatten_slow(data) if flat is None else flat
 
     def _flatten_slow(self, data: Any) -> list[Any]:
         shape = _nest.map_structure(lambda _: None, data)
@@ -113,7 +59,7 @@ class _Columns:
         if not self.seen or merged is not self.structure:
             self.structure = merged
             self.seen = True
-            self._plan = _compile_plan(merged, self.index)
+            self._plan = _core.FlattenPlan(merged, self.index)
         out: list[Any] = [None] * len(self.paths)
         for path, value in _nest.flatten_with_path(data):
             out[self.index[path]] = value
@@ -124,7 +70,7 @@ class _Columns:
         return _nest.map_structure_with_path(lambda p, _: by_path[p], self.structure)
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(_core._WriterBase):
     """Writes steps into columns and items into tables (Reverb's
     ``TrajectoryWriter``).
 
@@ -177,9 +123,8 @@ class TrajectoryWriter:
         )
         self._overrides: dict[tuple[Any, ...], ChunkerOptions] = {}
         self._columns = _Columns(self._add_column)
-        self._history: Any = None
+        self._history = None
         self._generation = 0  # end_episode(clear_buffers=True) calls so far
-        self._flat_plans: dict[tuple[Any, ...], tuple[list[Any], Any]] = {}
         self._closed = False
 
     # ----- structure and columns -----
@@ -246,56 +191,36 @@ class TrajectoryWriter:
         if self._closed:
             raise RuntimeError("TrajectoryWriter::Close has been called.")
 
-    def append(self, data: Any, *, partial_step: bool = False) -> StepReferences:
-        """Append one step (or part of one) column by column.
+    # ----- general paths behind the compiled per-step methods -----
+    # append, history, episode_steps and create_item live in
+    # _core._WriterBase (fastreplay/_trajwriter.pxi); these are the paths
+    # they fall back to.
 
-        The first non-None value of a column fixes its dtype and shape; new
-        paths add columns (earlier steps read as None).  With
-        ``partial_step=True`` the step stays open for more columns.
-
-        Returns
-        -------
-        StepReferences
-            References to the appended cells, structured like ``data`` on
-            access.
-
-        Raises
-        ------
-        ValueError
-            Wrong dtype or shape for a column (naming its path), or a column
-            already set in the open step.  Nothing is written then.
-        TypeError
-            A value that is not numeric or bool.
-        """
-        self._check_open()
-        self._core.append(self._columns.flatten(data), partial_step)
-        return StepReferences(self, self._core.history_len - 1, data)
-
-    def _cells_at(self, col: int, position: int, generation: int) -> int:
-        """Cell id at a history position of a given episode generation (-1
-        when it is gone: the id then names no alive cell)."""
-        if generation != self._generation:
-            return -1
-        return int(self._core.cells_at(col, [position])[0])
-
-    @property
-    def history(self) -> Any:
-        """Per-column history views, structured like the appended data."""
+    def _build_history(self) -> Any:
         if not self._columns.seen:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
             )
-        if self._history is None:
-            self._history = _nest.map_structure_with_path(
-                lambda p, _: ColumnHistory(self._core, self._columns.index[p], p),
-                self._columns.structure,
-            )
+        self._history = _nest.map_structure_with_path(
+            lambda p, _: ColumnHistory(self._core, self._columns.index[p], p),
+            self._columns.structure,
+        )
         return self._history
 
-    @property
-    def episode_steps(self) -> int:
-        """Closed steps since the last ``end_episode``."""
-        return int(self._core.episode_steps)
+    def _step_refs(self, position: int, generation: int, data: Any) -> Any:
+        """The references of an appended step (StepReferences.materialize)."""
+        index = self._columns.index
+
+        def ref(path: tuple[Any, ...], value: Any) -> WeakCellRef | None:
+            if value is None:
+                return None
+            col = index[path]
+            cell = -1  # names no alive cell: an expired reference
+            if generation == self._generation:
+                cell = int(self._core.cells_at(col, [position])[0])
+            return WeakCellRef(self._core, col, cell)
+
+        return _nest.map_structure_with_path(ref, data)
 
     @property
     def max_num_keep_alive_refs(self) -> int:
@@ -304,29 +229,27 @@ class TrajectoryWriter:
 
     # ----- items -----
 
-    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
-        """Queue an item referencing the cells of ``trajectory``.
+    def _item_columns(self, trajectory: Any) -> tuple[list[Any], Any]:
+        """The trajectory's leaves in flatten order and its nest with None
+        leaves.  A flat dict of columns is remembered (its keys, their
+        flatten order, the structure) so later items skip flattening."""
+        columns = _nest.flatten(trajectory)
+        if type(trajectory) is dict and len(trajectory) == len(columns) and all(
+            isinstance(c, TrajectoryColumn) for c in columns
+        ):
+            structure = dict.fromkeys(trajectory)
+            try:
+                order = tuple(sorted(trajectory))
+            except TypeError:  # unsortable keys: no cached plan
+                return columns, structure
+            self._item_keys, self._item_order = tuple(trajectory), order
+            self._item_structure = structure
+            return columns, structure
+        return columns, _nest.map_structure(lambda _: None, trajectory)
 
-        Never blocks; the item reaches the table once its chunks are
-        finalized (``flush`` forces that) and the rate limiter admits it.
-
-        Raises
-        ------
-        TypeError
-            A trajectory leaf that is not a TrajectoryColumn.
-        ValueError
-            Empty trajectory, NaN priority, an unknown table, expired
-            references, mixed dtypes or shapes, bad squeeze, a priority the
-            table's selectors reject, or a signature mismatch.
-        """
-        self._check_open()
-        plan = (self._flat_plans.get(tuple(trajectory))
-                if type(trajectory) is dict else None)
-        if plan is not None:  # a flat dict of columns seen before
-            columns, structure = [trajectory[k] for k in plan[0]], plan[1]
-        else:
-            columns = _nest.flatten(trajectory)
-            structure = self._structure_of(trajectory, columns)
+    def _target(self, table: str, columns: list[Any]) -> tuple[Table, Any, bool]:
+        """(table, its core, whether items need a signature check), cached
+        per name; raises for an unknown table."""
         target = self._tables.get(table)
         if target is None:
             for column in columns:  # a wrong leaf type is reported first
@@ -339,32 +262,13 @@ class TrajectoryWriter:
                 f"Unable to create item in table '{table}' since the table could "
                 "not be found."
             )
-        if self._validate_items and target.signature is not None:
-            _check_signature(table, target.signature, columns)
-        # Set before the item can become visible to a concurrent sampler.
-        target._structure = structure
-        try:
-            self._core.create_item(target._core, float(priority), columns)
-        except TypeError:
-            if plan is None or not any(_nest.is_nest(c) for c in columns):
-                raise
-            # Same keys as a cached flat dict, but now nested: flatten fully.
-            del self._flat_plans[tuple(trajectory)]
-            self.create_item(table, priority, trajectory)
+        entry = (target, target._core,
+                 self._validate_items and target.signature is not None)
+        self._targets[table] = entry
+        return entry
 
-    def _structure_of(self, trajectory: Any, columns: list[Any]) -> Any:
-        """The trajectory's nest with None leaves.  A flat dict of columns is
-        remembered (sorted keys, structure) so later items skip flattening."""
-        if type(trajectory) is dict and len(trajectory) == len(columns) and all(
-            isinstance(c, TrajectoryColumn) for c in columns
-        ):
-            structure = dict.fromkeys(trajectory)
-            try:
-                self._flat_plans[tuple(trajectory)] = (sorted(trajectory), structure)
-            except TypeError:  # unsortable keys: no cached plan
-                pass
-            return structure
-        return _nest.map_structure(lambda _: None, trajectory)
+    def _check_item(self, table: str, target: Table, columns: list[Any]) -> None:
+        _check_signature(table, target.signature, columns)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None
               ) -> None:
@@ -442,46 +346,7 @@ class TrajectoryWriter:
         self._closed = True
 
 
-class StepReferences:
-    """References returned by ``append``: built lazily, structured like the
-    appended data (a WeakCellRef per leaf, None where no value was given)."""
-
-    __slots__ = ("_writer", "_position", "_generation", "_data", "_refs")
-
-    def __init__(self, writer: TrajectoryWriter, position: int, data: Any) -> None:
-        self._writer, self._position, self._data = writer, position, data
-        self._generation = writer._generation
-        self._refs: Any = None
-
-    def materialize(self) -> Any:
-        if self._refs is None:
-            core = self._writer._core
-            index = self._writer._columns.index
-
-            def ref(path: tuple[Any, ...], value: Any) -> WeakCellRef | None:
-                if value is None:
-                    return None
-                col = index[path]
-                cell = self._writer._cells_at(col, self._position, self._generation)
-                return WeakCellRef(core, col, cell)  # cell -1: expired
-
-            self._refs = _nest.map_structure_with_path(ref, self._data)
-        return self._refs
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.materialize()[key]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.materialize(), name)
-
-    def __iter__(self) -> Any:
-        return iter(self.materialize())
-
-    def __len__(self) -> int:
-        return len(self.materialize())
-
-    def __repr__(self) -> str:
-        return repr(self.materialize())
+StepReferences = _core.StepReferences
 
 
 def _seconds(timeout_ms: int | None) -> float | None:

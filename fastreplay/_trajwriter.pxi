@@ -1,0 +1,270 @@
+# The per-step half of TrajectoryWriter in compiled code: the flatten plan,
+# append, history, create_item and StepReferences.  fastreplay/writer.py
+# subclasses _WriterBase for everything that is not per step (construction,
+# structure bookkeeping, configure, flush, end_episode, close).  Included by
+# _core.pyx after _history.pxi.
+
+from cpython.dict cimport (
+    PyDict_Check,
+    PyDict_GetItemWithError,
+    PyDict_Next,
+    PyDict_Size,
+)
+from cpython.list cimport PyList_Check, PyList_GET_ITEM
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+DEF _KIND_DICT = 0       # exactly dict: PyDict_GetItem
+DEF _KIND_MAPPING = 1    # another mapping type: obj[key]
+DEF _KIND_SEQ = 2        # list, tuple or a namedtuple: by position
+
+
+cdef class FlattenPlan:
+    """FlattenPlan(structure, column_of)
+
+    The flatten of one nested structure compiled to a tree walk in C:
+    ``flatten(data)`` returns the leaves of ``data`` in column order (a list
+    of length ``num_columns``, None for columns the structure lacks), or None
+    when ``data`` does not have exactly this structure (same container types
+    and keys), in which case the caller takes the general path.
+
+    ``column_of`` maps each leaf path (tuple of keys) to its column.
+    """
+
+    cdef object root                # node: column int, or (kind, type, keys, kids)
+    cdef readonly Py_ssize_t num_columns
+
+    def __init__(self, structure, dict column_of) -> None:
+        from fastreplay import _nest
+
+        def compile_node(node, path):
+            if not _nest.is_nest(node):
+                return column_of[path]
+            pairs = _nest.items(node)
+            if type(node) is dict:
+                kind = _KIND_DICT
+            elif isinstance(node, (list, tuple)):
+                kind = _KIND_SEQ
+            else:
+                kind = _KIND_MAPPING
+            return (kind, type(node), tuple(k for k, _ in pairs),
+                    tuple(compile_node(v, path + (k,)) for k, v in pairs))
+
+        self.root = compile_node(structure, ())
+        self.num_columns = len(column_of)
+
+    def flatten(self, data):
+        """Leaves of ``data`` in column order, or None on a mismatch."""
+        out = [None] * self.num_columns
+        if not _plan_walk(self.root, data, out):
+            return None
+        return out
+
+
+cdef bint _plan_walk(object node, object value, list out) except -1:
+    cdef Py_ssize_t i, n
+    cdef PyObject *item
+    cdef tuple keys, kids
+    if type(node) is int:
+        if PyDict_Check(value) or PyList_Check(value) or PyTuple_Check(value):
+            return False  # a nest where the structure has a leaf
+        out[<Py_ssize_t>node] = value
+        return True
+    kind = (<tuple>node)[0]
+    if type(value) is not (<tuple>node)[1]:
+        return False
+    keys, kids = (<tuple>node)[2], (<tuple>node)[3]
+    n = PyTuple_GET_SIZE(kids)
+    if kind == _KIND_DICT:
+        if PyDict_Size(value) != n:
+            return False
+        for i in range(n):
+            item = PyDict_GetItemWithError(value, <object>PyTuple_GET_ITEM(keys, i))
+            if item == NULL:
+                return False
+            if not _plan_walk(<object>PyTuple_GET_ITEM(kids, i), <object>item, out):
+                return False
+        return True
+    if kind == _KIND_SEQ:
+        if len(value) != n:
+            return False
+        for i in range(n):
+            if PyList_Check(value):
+                v = <object>PyList_GET_ITEM(value, i)
+            else:
+                v = <object>PyTuple_GET_ITEM(value, i)
+            if not _plan_walk(<object>PyTuple_GET_ITEM(kids, i), v, out):
+                return False
+        return True
+    if len(value) != n:
+        return False
+    for i in range(n):
+        try:
+            v = value[<object>PyTuple_GET_ITEM(keys, i)]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if not _plan_walk(<object>PyTuple_GET_ITEM(kids, i), v, out):
+            return False
+    return True
+
+
+cdef class StepReferences:
+    """References returned by ``append``: built lazily, structured like the
+    appended data (a WeakCellRef per leaf, None where no value was given)."""
+
+    cdef object _writer
+    cdef readonly Py_ssize_t _position
+    cdef readonly Py_ssize_t _generation
+    cdef object _data
+    cdef object _refs
+
+    def __init__(self, writer, Py_ssize_t position, data) -> None:
+        self._writer, self._position, self._data = writer, position, data
+        self._generation = writer._generation
+        self._refs = None
+
+    def materialize(self):
+        if self._refs is None:
+            self._refs = self._writer._step_refs(self._position, self._generation,
+                                                 self._data)
+        return self._refs
+
+    def __getitem__(self, key):
+        return self.materialize()[key]
+
+    def __getattr__(self, str name):
+        return getattr(self.materialize(), name)
+
+    def __iter__(self):
+        return iter(self.materialize())
+
+    def __len__(self) -> int:
+        return len(self.materialize())
+
+    def __repr__(self) -> str:
+        return repr(self.materialize())
+
+
+cdef bint _same_keys(dict d, tuple keys) noexcept:
+    """Whether d's keys are exactly ``keys`` (same objects, same order)."""
+    cdef Py_ssize_t pos = 0, i = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    if PyDict_Size(d) != PyTuple_GET_SIZE(keys):
+        return False
+    while PyDict_Next(d, &pos, &k, &v):
+        if k != PyTuple_GET_ITEM(keys, i):
+            return False
+        i += 1
+    return True
+
+
+cdef class _WriterBase:
+    """Per-step methods of TrajectoryWriter (see fastreplay/writer.py, which
+    sets these attributes up and provides the general paths they fall back
+    to: ``_columns._flatten_slow``, ``_build_history``, ``_item_columns``,
+    ``_target``)."""
+
+    cdef public WriterCore _core
+    cdef public object _columns          # writer._Columns
+    cdef public object _history          # cached history views (or None)
+    cdef public Py_ssize_t _generation   # end_episode(clear_buffers) calls
+    cdef public bint _closed
+    cdef public dict _targets            # table name -> (Table, TableCore, check)
+    # create_item's cache for flat dict trajectories: the keys of the last
+    # one (iteration order), the same keys in flatten order, its structure.
+    cdef public tuple _item_keys
+    cdef public tuple _item_order
+    cdef public object _item_structure
+
+    def __cinit__(self, *args, **kwargs):
+        self._targets = {}
+
+    cdef int _open_or_raise(self) except -1:
+        if self._closed:
+            raise RuntimeError("TrajectoryWriter::Close has been called.")
+        return 0
+
+    def append(self, data, *, bint partial_step=False):
+        """Append one step (or part of one) column by column.
+
+        The first non-None value of a column fixes its dtype and shape; new
+        paths add columns (earlier steps read as None).  With
+        ``partial_step=True`` the step stays open for more columns.
+
+        Returns
+        -------
+        StepReferences
+            References to the appended cells, structured like ``data`` on
+            access.
+
+        Raises
+        ------
+        ValueError
+            Wrong dtype or shape for a column (naming its path), or a column
+            already set in the open step.  Nothing is written then.
+        TypeError
+            A value that is not numeric or bool.
+        """
+        self._open_or_raise()
+        columns = self._columns
+        plan = columns._plan
+        flat = None if plan is None else (<FlattenPlan>plan).flatten(data)
+        if flat is None:
+            flat = columns._flatten_slow(data)
+        self._core._append(flat, partial_step)
+        cdef StepReferences refs = StepReferences.__new__(StepReferences)
+        refs._writer, refs._data = self, data
+        refs._position = fr_writer_history_len(self._core._w) - 1
+        refs._generation = self._generation
+        return refs
+
+    @property
+    def history(self):
+        """Per-column history views, structured like the appended data."""
+        if self._history is not None:
+            return self._history
+        return self._build_history()
+
+    @property
+    def episode_steps(self) -> int:
+        """Closed steps since the last ``end_episode``."""
+        return fr_writer_episode_steps(self._core._w)
+
+    def create_item(self, table, priority, trajectory) -> None:
+        """Queue an item referencing the cells of ``trajectory``.
+
+        Never blocks; the item reaches the table once its chunks are
+        finalized (``flush`` forces that) and the rate limiter admits it.
+
+        Raises
+        ------
+        TypeError
+            A trajectory leaf that is not a TrajectoryColumn.
+        ValueError
+            Empty trajectory, NaN priority, an unknown table, expired
+            references, mixed dtypes or shapes, bad squeeze, a priority the
+            table's selectors reject, or a signature mismatch.
+        """
+        self._open_or_raise()
+        cdef list columns = None
+        cdef Py_ssize_t i
+        if (type(trajectory) is dict and self._item_keys is not None
+                and _same_keys(<dict>trajectory, self._item_keys)):
+            columns = [(<dict>trajectory)[k] for k in self._item_order]
+            structure = self._item_structure
+            for i in range(len(columns)):
+                if type(columns[i]) is not TrajectoryColumn:
+                    columns = None  # nested now: the general path
+                    break
+        if columns is None:
+            columns, structure = self._item_columns(trajectory)
+        entry = self._targets.get(table)
+        if entry is None:
+            entry = self._target(table, columns)
+        target = (<tuple>entry)[0]
+        if (<tuple>entry)[2]:
+            self._check_item(table, target, columns)
+        # Set before the item can become visible to a concurrent sampler.
+        target._structure = structure
+        self._core._create((<tuple>entry)[1], priority, columns)
