@@ -37,7 +37,7 @@ void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt) {
 }
 
 static void drop_front(fr_column *c) {
-    fr_cell *cell = &c->cells[c->cells_base % c->cells_cap];
+    fr_cell *cell = fr_column_slot(c, c->cells_base);
     fr_chunk_release(cell->chunk);
     c->cells_base++;
     c->cells_len--;
@@ -83,7 +83,7 @@ static int id_alive(const fr_column *c, int64_t id) {
 /* Forget records at the front that are out of the window and unpinned. */
 static void trim(fr_column *c) {
     while (c->cells_len > 0) {
-        fr_cell *front = &c->cells[c->cells_base % c->cells_cap];
+        fr_cell *front = fr_column_slot(c, c->cells_base);
         if (front->pins > 0 || id_alive(c, c->cells_base)) break;
         drop_front(c);
     }
@@ -95,13 +95,13 @@ static int push_cell(fr_column *c, fr_cell cell) {
         fr_cell *cells = malloc((size_t)cap * sizeof *cells);
         if (!cells) return FR_ENOMEM;
         for (int64_t i = 0; i < c->cells_len; i++)
-            cells[(c->cells_base + i) % cap] =
-                c->cells[(c->cells_base + i) % c->cells_cap];
+            cells[(c->cells_base + i) & (cap - 1)] =
+                *fr_column_slot(c, c->cells_base + i);
         free(c->cells);
         c->cells = cells;
         c->cells_cap = cap;
     }
-    c->cells[(c->cells_base + c->cells_len) % c->cells_cap] = cell;
+    *fr_column_slot(c, c->cells_base + c->cells_len) = cell;
     c->cells_len++;
     return FR_OK;
 }
@@ -139,7 +139,7 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
 int fr_column_reset(fr_column *c) {
     int pinned = 0;
     for (int64_t i = 0; i < c->cells_len; i++) {
-        const fr_cell *cell = &c->cells[(c->cells_base + i) % c->cells_cap];
+        const fr_cell *cell = fr_column_slot(c, c->cells_base + i);
         pinned |= cell->pins > 0 && cell->chunk == c->open;
     }
     if (pinned) {
@@ -166,13 +166,13 @@ int fr_column_configure(fr_column *c, fr_chunker_options opt) {
 
 fr_cell *fr_column_cell(fr_column *c, int64_t id) {
     if (id < c->cells_base || id >= c->cells_base + c->cells_len) return NULL;
-    fr_cell *cell = &c->cells[id % c->cells_cap];
+    fr_cell *cell = fr_column_slot(c, id);
     return cell->pins > 0 || id_alive(c, id) ? cell : NULL;
 }
 
 void fr_column_pin(fr_column *c, int64_t id, int delta) {
     if (id < c->cells_base || id >= c->cells_base + c->cells_len) return;
-    c->cells[id % c->cells_cap].pins += delta;
+    fr_column_slot(c, id)->pins += delta;
     if (delta < 0) trim(c);
 }
 

@@ -62,12 +62,17 @@ typedef struct fr_column {
     int32_t buf_rows, buf_cap;
     int64_t open_first_step, open_last_step;
     fr_cell *cells;  /* ring of records for ids [cells_base, cells_base+cells_len) */
-    int64_t cells_cap, cells_base, cells_len;
+    int64_t cells_cap, cells_base, cells_len;  /* cells_cap: 0 or a power of 2 */
     int64_t n_appended;
     int64_t alive_from; /* ids below this were cleared by a reset */
 } fr_column;
 
 void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt);
+
+/* The ring slot of cell `id` (any id; cells_cap > 0). */
+static inline fr_cell *fr_column_slot(const fr_column *c, int64_t id) {
+    return &c->cells[id & (c->cells_cap - 1)];
+}
 void fr_column_free(fr_column *c);
 
 /* The compression rule: whether chunks of rows of `spec` are LZ4-compressed

@@ -184,31 +184,39 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
     return FR_OK;
 }
 
-void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
-                        const int64_t *pos, int64_t *ids) {
-    fr_column *c = &w->cols[col];
-    for (int64_t i = 0; i < n; i++) {
+/* The id of the cell at history position `pos` of column c, or -1 where
+ * the column had no value or the cell expired.  `hint` is an id to try
+ * first (the next cell of a run), or -1. */
+static int64_t cell_at(fr_column *c, int64_t pos, int64_t hint) {
+    int64_t lo = c->cells_base, end = c->cells_base + c->cells_len;
+    if (hint >= lo && hint < end && fr_column_slot(c, hint)->hpos == pos) {
+        lo = hint;
+    } else {
         /* Records are ordered by id and by history position: bisect. */
-        int64_t lo = c->cells_base, hi = c->cells_base + c->cells_len;
+        int64_t hi = end;
         while (lo < hi) {
             int64_t mid = lo + (hi - lo) / 2;
-            if (c->cells[mid % c->cells_cap].hpos < pos[i]) lo = mid + 1;
+            if (fr_column_slot(c, mid)->hpos < pos) lo = mid + 1;
             else hi = mid;
         }
-        int found = lo < c->cells_base + c->cells_len &&
-                    c->cells[lo % c->cells_cap].hpos == pos[i] &&
-                    fr_column_cell(c, lo) != NULL;
-        ids[i] = found ? lo : -1;
+        if (lo >= end || fr_column_slot(c, lo)->hpos != pos) return -1;
     }
+    return fr_column_cell(c, lo) != NULL ? lo : -1;
+}
+
+void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
+                        const int64_t *pos, int64_t *ids) {
+    for (int64_t i = 0; i < n; i++) ids[i] = cell_at(&w->cols[col], pos[i], -1);
 }
 
 int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
                               int64_t step, int64_t count, int64_t *ids) {
-    int64_t missing = 0;
+    fr_column *c = &w->cols[col];
+    int64_t missing = 0, hint = -1;
     for (int64_t i = 0; i < count; i++) {
-        int64_t pos = start + i * step;
-        fr_writer_cells_at(w, col, 1, &pos, &ids[i]);
+        ids[i] = cell_at(c, start + i * step, hint);
         missing += ids[i] < 0;
+        hint = ids[i] < 0 ? -1 : ids[i] + step;  /* runs of steps: ids too */
     }
     return missing;
 }

@@ -55,6 +55,7 @@ class SumTree:
 
 @disjoint_base
 class TableCore:
+    structure: Any
     @property
     def name(self) -> str: ...
     def __init__(
@@ -254,6 +255,10 @@ class FlattenPlan:
     def num_columns(self) -> int: ...
     def __init__(self, structure: Any, column_of: dict[tuple[Any, ...], int]) -> None: ...
     def flatten(self, data: Any) -> list[Any] | None: ...
+
+@disjoint_base
+class _ColumnsBase:
+    _plan: FlattenPlan | None
 
 @disjoint_base
 class StepReferences:

@@ -135,6 +135,9 @@ cdef class TableCore:
 
     cdef fr_table *_t
     cdef readonly str name
+    #: Nest (None leaves) of the last writer item's trajectory, used to
+    #: unpack batches when the table has no signature.
+    cdef public object structure
 
     def __cinit__(self, *args, **kwargs):
         self._t = NULL

@@ -108,6 +108,12 @@ cdef bint _plan_walk(object node, object value, list out) except -1:
     return True
 
 
+cdef class _ColumnsBase:
+    """Base of writer._Columns: its compiled flatten plan, read per append."""
+
+    cdef public FlattenPlan _plan
+
+
 cdef class StepReferences:
     """References returned by ``append``: built lazily, structured like the
     appended data (a WeakCellRef per leaf, None where no value was given)."""
@@ -166,7 +172,7 @@ cdef class _WriterBase:
     ``_target``)."""
 
     cdef public WriterCore _core
-    cdef public object _columns          # writer._Columns
+    cdef public _ColumnsBase _columns    # writer._Columns
     cdef public object _history          # cached history views (or None)
     cdef public Py_ssize_t _generation   # end_episode(clear_buffers) calls
     cdef public bint _closed
@@ -208,8 +214,8 @@ cdef class _WriterBase:
         """
         self._open_or_raise()
         columns = self._columns
-        plan = columns._plan
-        flat = None if plan is None else (<FlattenPlan>plan).flatten(data)
+        plan = (<_ColumnsBase>columns)._plan
+        flat = None if plan is None else plan.flatten(data)
         if flat is None:
             flat = columns._flatten_slow(data)
         self._core._append(flat, partial_step)
@@ -262,9 +268,9 @@ cdef class _WriterBase:
         entry = self._targets.get(table)
         if entry is None:
             entry = self._target(table, columns)
-        target = (<tuple>entry)[0]
+        cdef TableCore tcore = (<tuple>entry)[1]
         if (<tuple>entry)[2]:
-            self._check_item(table, target, columns)
+            self._check_item(table, (<tuple>entry)[0], columns)
         # Set before the item can become visible to a concurrent sampler.
-        target._structure = structure
-        self._core._create((<tuple>entry)[1], priority, columns)
+        tcore.structure = structure
+        self._core._create(tcore, priority, columns)

@@ -161,9 +161,6 @@ class Table:
         if tuple(extensions):
             raise ValueError("table extensions are not supported by fastreplay")
         self._signature = _check_signature(signature)
-        #: Structure (nest with None leaves) of the last trajectory a writer
-        #: created here, used to unpack batches when there is no signature.
-        self._structure: Any = None
         if rate_limiter._table is not None:
             rate_limiter._bind(name)  # raises: the limiter belongs to a table
         self._name = name
@@ -238,6 +235,16 @@ class Table:
         return type(self)(**kwargs)
 
     # ----- Reverb surface -----
+
+    @property
+    def _structure(self) -> Any:
+        """Structure (nest with None leaves) of the last trajectory a writer
+        created here, used to unpack batches when there is no signature."""
+        return self._core.structure
+
+    @_structure.setter
+    def _structure(self, structure: Any) -> None:
+        self._core.structure = structure
 
     @property
     def name(self) -> str:

@@ -30,7 +30,7 @@ __all__ = ["TrajectoryWriter"]
 #: Chunk store used by writers not given one (shared accounting).
 DEFAULT_STORE = _core.ChunkStore()
 
-class _Columns:
+class _Columns(_core._ColumnsBase):
     """Structure bookkeeping: the union of every appended structure, the
     column index of each leaf path (new paths are numbered at the end), and
     the compiled flatten plan (``_core.FlattenPlan``)."""
@@ -40,7 +40,7 @@ class _Columns:
         self.seen = False
         self.paths: list[tuple[Any, ...]] = []
         self.index: dict[tuple[Any, ...], int] = {}
-        self._plan: _core.FlattenPlan | None = None
+        self._plan = None
         self._on_new_column = on_new_column
 
     def flatten(self, data: Any) -> list[Any]:
