@@ -290,3 +290,24 @@ class _WriterBase:
     @property
     def episode_steps(self) -> int: ...
     def create_item(self, table: str, priority: float, trajectory: Any) -> None: ...
+
+LEFT_KINDS: dict[str, int]
+CMP_KINDS: dict[str, int]
+PRIORITY_FNS: dict[str, int]
+
+@disjoint_base
+class StructuredCore:
+    @property
+    def core(self) -> WriterCore: ...
+    @property
+    def num_flat(self) -> int: ...
+    def __init__(
+        self,
+        core: WriterCore,
+        num_flat: int,
+        stored: list[int],
+        data_sources: list[int],
+        configs: list[tuple[Any, ...]],
+    ) -> None: ...
+    def append(self, flat: list[Any], partial: bool) -> int: ...
+    def end_episode(self, clear_buffers: bool, timeout: float | None) -> bool: ...

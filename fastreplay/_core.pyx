@@ -7,7 +7,7 @@ Status codes become exceptions in exactly one place, ``_raise_for_status``.
 """
 
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -166,4 +166,5 @@ include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"
 include "_trajwriter.pxi"
+include "_structured.pxi"
 include "_checkpoint.pxi"

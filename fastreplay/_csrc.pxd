@@ -271,3 +271,49 @@ cdef extern from "rows.h" nogil:
                        int64_t n_rows, const uint64_t *keys,
                        const double *priorities, uint64_t chunk_key,
                        int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
+
+
+cdef extern from "structured.h" nogil:
+    enum:
+        FR_SW_STEP_INDEX
+        FR_SW_STEPS_SINCE
+        FR_SW_BUFFER_LENGTH
+        FR_SW_END_EPISODE
+        FR_SW_DATA
+        FR_SW_EQ
+        FR_SW_GE
+        FR_SW_MOD_EQ
+        FR_SW_CONSTANT
+        FR_SW_TD_ERROR
+    ctypedef struct fr_sw_condition:
+        int32_t left
+        int32_t source
+        int32_t cmp
+        int32_t inverse
+        int64_t value
+        int64_t mod
+    ctypedef struct fr_sw_node:
+        int32_t col
+        int32_t has_start
+        int64_t start
+        int64_t stop
+        int64_t step
+    ctypedef struct fr_sw_config:
+        fr_table *table
+        int32_t n_nodes
+        int32_t n_conditions
+        const fr_sw_node *nodes
+        const fr_sw_condition *conditions
+        int32_t priority_fn
+        double priority
+        int32_t td_node
+    ctypedef struct fr_sw:
+        pass
+    fr_sw *fr_sw_new(fr_writer *w, int32_t n_configs, const fr_sw_config *configs,
+                     int32_t n_data)
+    void fr_sw_free(fr_sw *s)
+    void fr_sw_begin_step(fr_sw *s)
+    void fr_sw_set_data(fr_sw *s, int32_t i, int64_t value, int present)
+    int fr_sw_evaluate(fr_sw *s, int end_episode, int64_t *created,
+                       int32_t *bad_config)
+    void fr_sw_end_episode(fr_sw *s)
