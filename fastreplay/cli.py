@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a PNG chart of the ratios (needs matplotlib)")
     bench.add_argument("--markdown", action="store_true",
                        help="print the table as Markdown")
+    bench.add_argument("--from-json", nargs="+", metavar="PATH",
+                       help="measure nothing: print (and --plot) the runs saved "
+                            "by --json, e.g. one per environment")
 
     info = sub.add_parser("info", help="versions, build flags and installed peers")
     info.add_argument("--json", action="store_true", help="print JSON instead")
@@ -142,16 +145,27 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                        "'fastreplay[plot]' (or: pip install matplotlib)\n")
     from fastreplay.bench import runner
 
-    config = runner.QUICK if args.quick else runner.FULL
-    result = runner.run(config, quick=args.quick, only=args.only)
-    print(runner.format_context(result))
-    print()
-    print(runner.format_table(result, markdown=args.markdown))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_json(), f, indent=2)
+    if args.from_json:
+        runs = []
+        for path in args.from_json:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    runs.append(runner.Run.from_json(json.load(f)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                parser.exit(1, f"fastreplay bench: error: cannot read {path}: "
+                               f"{type(exc).__name__}: {exc}\n")
+    else:
+        config = runner.QUICK if args.quick else runner.FULL
+        runs = [runner.run(config, quick=args.quick, only=args.only)]
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(runs[0].to_json(), f, indent=2)
+    for i, result in enumerate(runs):
+        print(("\n" if i else "") + runner.format_context(result))
+        print()
+        print(runner.format_table(result, markdown=args.markdown))
     if args.plot:
-        runner.plot(result, args.plot)
+        runner.plot(runs, args.plot)
     return 0
 
 
@@ -203,6 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

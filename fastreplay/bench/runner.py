@@ -85,22 +85,40 @@ class Run:
     skipped: list[Skipped] = dataclasses.field(default_factory=list)
     workloads: list[Workload] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    #: machine, versions, build and commit (``env``) of the measuring process
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": "fastreplay-bench/1",
+            "format": FORMAT,
             "quick": self.quick,
             "config": dataclasses.asdict(self.config),
-            "machine": env.machine(),
-            "versions": env.versions(),
-            "build": env.build_info(),
-            "commit": env.commit(),
+            **self.context,
             "seconds": round(self.seconds, 3),
             "workloads": [{"name": w.name, "title": w.title, "peers": list(w.peers)}
                           for w in self.workloads],
             "results": [dataclasses.asdict(r) for r in self.results],
             "skipped": [dataclasses.asdict(s) for s in self.skipped],
         }
+
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Run:
+        """A run written by ``to_json`` (``fastreplay bench --json``)."""
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} document (format "
+                             f"{doc.get('format')!r})")
+        config = Config(**{**doc["config"], "threads": tuple(doc["config"]["threads"])})
+        by_name = {w.name: w for w in WORKLOADS}
+        return cls(config, bool(doc["quick"]),
+                   [Result(**r) for r in doc["results"]],
+                   [Skipped(**s) for s in doc["skipped"]],
+                   [by_name[w["name"]] for w in doc["workloads"]],
+                   float(doc["seconds"]),
+                   {k: doc.get(k) for k in ("machine", "versions", "build", "commit")})
+
+
+FORMAT = "fastreplay-bench/1"
 
 
 class _Recorder:
@@ -321,6 +339,8 @@ def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = Non
         log.flush()
         w.measure(config, rec)
     result.seconds = time.perf_counter() - t0
+    result.context = {"machine": env.machine(), "versions": env.versions(),
+                      "build": env.build_info(), "commit": env.commit()}
     _ratios(result.results)
     return result
 
@@ -389,24 +409,25 @@ def format_table(run: Run, markdown: bool = False) -> str:
 
 def format_context(run: Run) -> str:
     """One paragraph: machine, versions, commit and sizes of a run."""
-    m, v = env.machine(), env.versions()
+    m, v = run.context["machine"], run.context["versions"]
     memory = f", {m['memory_bytes'] / 2**30:.0f} GiB" if m["memory_bytes"] else ""
     libs = ", ".join(f"{k} {val}" for k, val in v.items())
     sizes = "quick sizes" if run.quick else "full sizes"
     return (f"Machine: {m['cpu']}, {m['cores']} logical cores{memory}, {m['system']}. "
-            f"Versions: {libs}. Commit: {env.commit() or 'unknown'}. "
+            f"Versions: {libs}. Commit: {run.context['commit'] or 'unknown'}. "
             f"{sizes.capitalize()} (capacity {run.config.capacity:,}); "
             f"{run.seconds:.0f} s in all.")
 
 
-def plot(run: Run, path: str) -> None:
-    """A PNG bar chart of every ratio (log scale; 1 = as fast as fastreplay)."""
+def plot(runs: Sequence[Run], path: str) -> None:
+    """A PNG bar chart of every ratio of ``runs`` (log scale; 1 = as fast as
+    fastreplay; each ratio is to fastreplay measured in its own run)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in run.results if r.ratio is not None]
+    rows = [r for run in runs for r in run.results if r.ratio is not None]
     labels = [f"{r.workload}: {r.library} {r.variant}" for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4), dpi=90)
     colors = ["#4c72b0" if r.kind == "peer" else "#999999" for r in rows]
@@ -419,8 +440,10 @@ def plot(run: Run, path: str) -> None:
         ax.text(r.ratio or 0, i, f" {r.ratio:.1f}x", va="center", fontsize=7)
     ax.set_xlabel("peer median / fastreplay median (higher: fastreplay faster or "
                   "smaller; grey: uncompressed payload)", fontsize=8)
-    ax.set_title(f"fastreplay bench ({'quick' if run.quick else 'full'} sizes, "
-                 f"commit {env.commit() or 'unknown'})", fontsize=9)
+    commits = sorted({str(run.context.get("commit")) for run in runs})
+    sizes = "quick" if any(run.quick for run in runs) else "full"
+    ax.set_title(f"fastreplay bench ({sizes} sizes, commit {', '.join(commits)})",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
