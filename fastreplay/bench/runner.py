@@ -403,7 +403,10 @@ def format_table(run: Run, markdown: bool = False) -> str:
         lines.append("")
         lines.append("Skipped:")
         for s in run.skipped:
-            lines.append(f"- {s.library} ({s.workload}): {s.reason}")
+            reason = s.reason.splitlines()[0] if s.reason else ""
+            if len(reason) > 120:  # e.g. a mangled C++ symbol; --json has it all
+                reason = reason[:117] + "..."
+            lines.append(f"- {s.library} ({s.workload}): {reason}")
     return "\n".join(lines)
 
 
@@ -427,7 +430,12 @@ def plot(runs: Sequence[Run], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for run in runs for r in run.results if r.ratio is not None]
+    rows: list[Result] = []
+    for r in (r for run in runs for r in run.results if r.ratio is not None):
+        if r.kind == "reference" and any(  # the same in every run: once
+                (q.workload, q.variant) == (r.workload, r.variant) for q in rows):
+            continue
+        rows.append(r)
     labels = [f"{r.workload}: {r.library} {r.variant}" for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4), dpi=90)
     colors = ["#4c72b0" if r.kind == "peer" else "#999999" for r in rows]
@@ -436,6 +444,8 @@ def plot(runs: Sequence[Run], path: str) -> None:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=0.8)
+    ratios = [r.ratio or 1.0 for r in rows]
+    ax.set_xlim(min(0.5, min(ratios) / 1.5), max(ratios) * 2.5)
     for i, r in enumerate(rows):
         ax.text(r.ratio or 0, i, f" {r.ratio:.1f}x", va="center", fontsize=7)
     ax.set_xlabel("peer median / fastreplay median (higher: fastreplay faster or "
