@@ -1,37 +1,25 @@
-"""Shared setup of the pytest-benchmark suites: benchmark modules import
-``peers`` and ``workloads`` from this folder, and every result records the
-machine, versions and commit it was measured on."""
+"""Shared setup of the pytest-benchmark suites: the workloads live in the
+installed package (``fastreplay.bench``, also run by ``fastreplay bench``),
+and every result records the machine, versions and commit it was measured
+on."""
 
 from __future__ import annotations
 
 import os
-import platform
-import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+from fastreplay.bench import env
 
 #: Table capacity of the standard workloads (DESIGN.md section 6).
 CAPACITY = int(os.environ.get("FASTREPLAY_BENCH_CAPACITY", "1000000"))
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(__file__), check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 @pytest.fixture(autouse=True)
 def _context(benchmark) -> None:
     benchmark.extra_info.update(
-        python=platform.python_version(), machine=platform.machine(),
-        processor=platform.processor(), commit=_commit(), capacity=CAPACITY,
+        python=env.versions()["python"], machine=env.machine(), commit=env.commit(),
+        capacity=CAPACITY,
     )
 
 

@@ -9,7 +9,8 @@ Run: pytest benchmarks/test_bench_sampling.py --benchmark-only
 from __future__ import annotations
 
 import pytest
-import workloads
+
+from fastreplay.bench import workloads
 
 BATCHES = 20
 TABLE = 100_000
@@ -30,7 +31,7 @@ def test_sample_batch_fastreplay(benchmark, fastreplay_sampler) -> None:
 @pytest.mark.parametrize("via", ["client", "dataset"])
 @pytest.mark.benchmark(group="sample 20 x 256 length-5 items")
 def test_sample_reverb(benchmark, via) -> None:
-    reverb_peer = pytest.importorskip("reverb_peer")
+    from fastreplay.bench import reverb_peer
     work = reverb_peer.reverb_sample(table_size=TABLE, via=via)
     if work is None:
         pytest.skip(f"dm-reverb: {reverb_peer.UNAVAILABLE.get('reverb_sample_' + via)}")

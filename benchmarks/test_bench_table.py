@@ -8,15 +8,15 @@ when installed, its peers, grouped so pytest-benchmark shows them side by side:
 - uniform: sample 256 from 1e6 items.
 
 Run: pytest benchmarks --benchmark-only --benchmark-group-by=group
-(``benchmarks/compare_table.py`` prints the same workloads as ratios.)
+(``fastreplay bench`` prints the same workloads as medians and ratios.)
 """
 
 from __future__ import annotations
 
-import peers
 import pytest
-import workloads
 from conftest import CAPACITY
+
+from fastreplay.bench import peers, workloads
 
 PRIORITIZED = {"fastreplay_prioritized": workloads.fastreplay_prioritized,
                "fastreplay_replay_buffer": workloads.fastreplay_replay_buffer,

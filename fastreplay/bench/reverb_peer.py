@@ -1,4 +1,4 @@
-"""dm-reverb workloads for benchmarks, run in-process (no fastreplay import).
+"""dm-reverb workloads for benchmarks, run in-process (reverb's API only).
 
 Each builder starts a ``reverb.Server`` (port picked by reverb) with one table
 named ``"bench"``, connects a ``reverb.Client`` to ``localhost:<port>`` and
@@ -41,7 +41,11 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
-from peers import UNAVAILABLE, _guard  # noqa: F401 (re-exported: one registry of unavailable peers)
+
+from fastreplay.bench.peers import (  # noqa: F401 (UNAVAILABLE re-exported)
+    UNAVAILABLE,
+    _guard,
+)
 
 TABLE = "bench"
 EPISODE_STEPS = 1_000

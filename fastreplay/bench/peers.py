@@ -1,4 +1,5 @@
-"""Peer replay-buffer workloads for benchmarking (standalone: no fastreplay import).
+"""Peer replay-buffer workloads for benchmarking (no fastreplay import: the
+peers are driven through their own public APIs only).
 
 Each factory returns None when its peer is missing or broken (the reason goes
 to ``UNAVAILABLE[name]``), else a workload already filled to ``capacity`` by
@@ -69,7 +70,8 @@ class PrioritizedWorkload:
     name: str
     capacity: int
     fill_seconds: float
-    sample: Callable[[int, float], tuple[Any, Any]]  # (batch_size, beta) -> (batch, indexes)
+    #: (batch_size, beta) -> (batch, indexes)
+    sample: Callable[[int, float], tuple[Any, Any]]
     update: Callable[[Any, np.ndarray], None]  # (indexes, priorities) -> None
     rng: np.random.Generator = field(repr=False)
     setup_seconds: float = 0.0  # one-off per-process cost kept out of fill_seconds
@@ -105,7 +107,7 @@ def _chunks(capacity: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + _CHUNK, capacity)) for lo in range(0, capacity, _CHUNK)]
 
 
-def _transitions(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+def transitions(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """n small uniform-workload transitions, all float32."""
     f32 = np.float32
     return {
@@ -125,10 +127,12 @@ def cpprb_prioritized(
 
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"dtype": np.float32}}, alpha=alpha)
+        rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"dtype": np.float32}},
+                                           alpha=alpha)
         for lo, hi in _chunks(capacity):
             n = hi - lo
-            rb.add(obs=rng.standard_normal((n, 1), np.float32), priorities=rng.uniform(1e-3, 1, n))
+            rb.add(obs=rng.standard_normal((n, 1), np.float32),
+                   priorities=rng.uniform(1e-3, 1, n))
         fill = time.perf_counter() - t0
 
         def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
@@ -152,10 +156,12 @@ def torchrl_prioritized(
         logging.getLogger("torchrl").setLevel(logging.WARNING)
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = PrioritizedReplayBuffer(alpha=alpha, beta=0.4, storage=LazyTensorStorage(capacity))
+        rb = PrioritizedReplayBuffer(alpha=alpha, beta=0.4,
+                                     storage=LazyTensorStorage(capacity))
         rb.set_rng(torch.Generator().manual_seed(seed))
         for lo, hi in _chunks(capacity):
-            idx = rb.extend(torch.from_numpy(rng.standard_normal((hi - lo, 1), dtype=np.float32)))
+            obs = rng.standard_normal((hi - lo, 1), dtype=np.float32)
+            idx = rb.extend(torch.from_numpy(obs))
             rb.update_priority(idx, torch.from_numpy(rng.uniform(1e-3, 1.0, hi - lo)))
         fill = time.perf_counter() - t0
         sampler: Any = rb.prioritized_sampler
@@ -168,7 +174,8 @@ def torchrl_prioritized(
         def update(indexes: Any, priorities: np.ndarray) -> None:
             rb.update_priority(indexes, torch.from_numpy(priorities))
 
-        return PrioritizedWorkload("torchrl_prioritized", capacity, fill, sample, update, rng)
+        return PrioritizedWorkload("torchrl_prioritized", capacity, fill, sample,
+                                   update, rng)
 
     return _guard("torchrl_prioritized", build)
 
@@ -182,12 +189,14 @@ def tianshou_prioritized(
         np.random.seed(seed)  # tianshou's prioritized sampling uses np.random.rand
         rng = np.random.default_rng(seed)
         t_jit = time.perf_counter()
-        PrioritizedReplayBuffer(16, alpha=alpha, beta=0.4)  # numba JIT of its SegmentTree
+        # numba JIT of its SegmentTree, kept out of the fill time
+        PrioritizedReplayBuffer(16, alpha=alpha, beta=0.4)
         t0 = time.perf_counter()
         rb = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=0.4, random_seed=seed)
         no = np.zeros(capacity, bool)
         rb.set_batch(Batch(obs=rng.standard_normal((capacity, 1), np.float32),
-                           act=np.zeros(capacity, np.int64), rew=np.zeros(capacity, np.float32),
+                           act=np.zeros(capacity, np.int64),
+                           rew=np.zeros(capacity, np.float32),
                            terminated=no, truncated=no.copy(), done=no.copy()))
         rb._size = capacity  # as tianshou's ReplayBuffer.from_data does
         rb.last_index[0] = capacity - 1
@@ -196,7 +205,8 @@ def tianshou_prioritized(
 
         def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
             rb.set_beta(beta)
-            return rb.sample(batch_size)
+            batch, indexes = rb.sample(batch_size)
+            return batch, indexes
 
         return PrioritizedWorkload("tianshou_prioritized", capacity, fill, sample,
                                    rb.update_weight, rng, setup_seconds=t0 - t_jit)
@@ -212,10 +222,10 @@ def cpprb_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload |
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
         env_dict = {k: {"shape": v.shape[1:], "dtype": np.float32}
-                    for k, v in _transitions(rng, 1).items()}
+                    for k, v in transitions(rng, 1).items()}
         rb = cpprb.ReplayBuffer(capacity, env_dict)
         for lo, hi in _chunks(capacity):
-            rb.add(**_transitions(rng, hi - lo))
+            rb.add(**transitions(rng, hi - lo))
         fill = time.perf_counter() - t0
         return UniformWorkload("cpprb_uniform", capacity, fill, rb.sample)
 
@@ -234,7 +244,8 @@ def torchrl_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload
         rb = ReplayBuffer(storage=LazyTensorStorage(capacity),
                           generator=torch.Generator().manual_seed(seed))
         for lo, hi in _chunks(capacity):
-            data = {k: torch.from_numpy(v) for k, v in _transitions(rng, hi - lo).items()}
+            data = {k: torch.from_numpy(v)
+                    for k, v in transitions(rng, hi - lo).items()}
             rb.extend(TensorDict(data, batch_size=[hi - lo]))
         fill = time.perf_counter() - t0
         return UniformWorkload("torchrl_uniform", capacity, fill, rb.sample)
@@ -250,10 +261,12 @@ def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | N
         np.random.seed(seed)  # SB3 samples with np.random.randint
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
-        rb = ReplayBuffer(capacity, spaces.Box(-np.inf, np.inf, (_OBS_DIM,), np.float32),
-                          spaces.Box(-1.0, 1.0, (1,), np.float32), device="cpu", n_envs=1)
+        rb = ReplayBuffer(capacity,
+                          spaces.Box(-np.inf, np.inf, (_OBS_DIM,), np.float32),
+                          spaces.Box(-1.0, 1.0, (1,), np.float32), device="cpu",
+                          n_envs=1)
         for lo, hi in _chunks(capacity):  # arrays are (capacity, n_envs, ...)
-            t = _transitions(rng, hi - lo)
+            t = transitions(rng, hi - lo)
             rb.observations[lo:hi, 0] = t["obs"]
             rb.next_observations[lo:hi, 0] = t["next_obs"]
             rb.actions[lo:hi, 0] = t["act"]
@@ -267,6 +280,7 @@ def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | N
 
 
 PRIORITIZED: dict[str, Callable[..., PrioritizedWorkload | None]] = {
-    f.__name__: f for f in (cpprb_prioritized, torchrl_prioritized, tianshou_prioritized)}
+    f.__name__: f
+    for f in (cpprb_prioritized, torchrl_prioritized, tianshou_prioritized)}
 UNIFORM: dict[str, Callable[..., UniformWorkload | None]] = {
     f.__name__: f for f in (cpprb_uniform, torchrl_uniform, sb3_uniform)}

@@ -1,0 +1,12 @@
+"""The standard workloads of DESIGN.md section 6, on fastreplay and its peers.
+
+- :mod:`fastreplay.bench.workloads`: fastreplay's side of every workload;
+- :mod:`fastreplay.bench.peers`: cpprb, TorchRL, Tianshou and SB3 (imported
+  lazily; a missing peer is recorded in ``peers.UNAVAILABLE``);
+- :mod:`fastreplay.bench.reverb_peer`: dm-reverb, in process;
+- :mod:`fastreplay.bench.env`: machine, versions and commit of a run;
+- :mod:`fastreplay.bench.runner`: ``fastreplay bench`` (medians and ratios).
+
+The pytest-benchmark suites in the repository's ``benchmarks/`` folder drive
+the same workload objects.
+"""

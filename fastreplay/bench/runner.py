@@ -1,0 +1,459 @@
+"""``fastreplay bench``: the standard workloads of DESIGN.md section 6 on
+fastreplay and, in the same process, on every installed peer.
+
+Every workload has one fastreplay *baseline* row; a peer row's ratio is the
+peer's median divided by the baseline's (for times: how many times longer the
+peer takes).  Medians are over ``rounds`` timed rounds after one warm-up
+round; a round of a microsecond-scale call runs it ``inner`` times.  Peers
+that are not installed, or fail to build, are recorded as skipped with the
+reason, never as an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Literal, TextIO
+
+from fastreplay.bench import env, peers, workloads
+
+__all__ = ["FULL", "QUICK", "WORKLOADS", "Config", "Result", "Run", "Skipped", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Sizes and repetitions of one run."""
+
+    capacity: int  # items of the prioritized and uniform tables
+    rounds: int  # timed rounds of the table workloads
+    inner: int  # calls per round of the table workloads
+    writer_steps: int
+    writer_rounds: int
+    sample_table: int  # items of the sample_batch table
+    sample_batches: int  # batches of 256 per round
+    memory_steps: int
+    thread_steps: int  # steps per writer thread
+    thread_rounds: int
+    threads: tuple[int, ...]
+
+
+FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
+              writer_rounds=5, sample_table=100_000, sample_batches=20,
+              memory_steps=2000, thread_steps=2000, thread_rounds=3,
+              threads=(1, 2, 4))
+QUICK = Config(capacity=10_000, rounds=3, inner=5, writer_steps=200, writer_rounds=2,
+               sample_table=2_000, sample_batches=2, memory_steps=300,
+               thread_steps=300, thread_rounds=1, threads=(1, 2))
+
+
+@dataclasses.dataclass
+class Result:
+    """One measured row.  ``median`` is in ``unit`` per ``per`` (e.g. seconds
+    per 1000 steps); ``kind`` is "fastreplay", "peer" or "reference"."""
+
+    workload: str
+    library: str
+    variant: str
+    median: float
+    unit: str
+    per: str
+    rounds: int
+    kind: str = "fastreplay"
+    baseline: bool = False
+    ratio: float | None = None
+
+
+@dataclasses.dataclass
+class Skipped:
+    workload: str
+    library: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Run:
+    """Results of one ``run`` call, with the machine they were measured on."""
+
+    config: Config
+    quick: bool
+    results: list[Result] = dataclasses.field(default_factory=list)
+    skipped: list[Skipped] = dataclasses.field(default_factory=list)
+    workloads: list[Workload] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    #: machine, versions, build and commit (``env``) of the measuring process
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "quick": self.quick,
+            "config": dataclasses.asdict(self.config),
+            **self.context,
+            "seconds": round(self.seconds, 3),
+            "workloads": [{"name": w.name, "title": w.title, "peers": list(w.peers)}
+                          for w in self.workloads],
+            "results": [dataclasses.asdict(r) for r in self.results],
+            "skipped": [dataclasses.asdict(s) for s in self.skipped],
+        }
+
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Run:
+        """A run written by ``to_json`` (``fastreplay bench --json``)."""
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} document (format "
+                             f"{doc.get('format')!r})")
+        config = Config(**{**doc["config"], "threads": tuple(doc["config"]["threads"])})
+        by_name = {w.name: w for w in WORKLOADS}
+        return cls(config, bool(doc["quick"]),
+                   [Result(**r) for r in doc["results"]],
+                   [Skipped(**s) for s in doc["skipped"]],
+                   [by_name[w["name"]] for w in doc["workloads"]],
+                   float(doc["seconds"]),
+                   {k: doc.get(k) for k in ("machine", "versions", "build", "commit")})
+
+
+FORMAT = "fastreplay-bench/1"
+
+
+class _Recorder:
+    def __init__(self, run: Run, log: TextIO) -> None:
+        self.run, self.log = run, log
+
+    def add(self, result: Result) -> None:
+        self.run.results.append(result)
+        self.log.write(f"  {result.library:<10} {result.variant:<36} "
+                       f"{_median_text(result)}\n")
+        self.log.flush()
+
+    def time(self, workload: str, library: str, variant: str, fn: Callable[[], Any],
+             rounds: int, *, inner: int = 1, scale: float = 1.0, per: str = "call",
+             kind: str = "fastreplay", baseline: bool = False) -> None:
+        """Median over ``rounds`` of (round time / ``inner``) * ``scale``."""
+        gc.collect()
+        fn()  # warm-up
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            times.append((time.perf_counter() - t0) / inner * scale)
+        self.add(Result(workload, library, variant, statistics.median(times), "s", per,
+                        rounds, kind, baseline))
+
+    def skip(self, workload: str, library: str, reason: str) -> None:
+        self.run.skipped.append(Skipped(workload, library, reason))
+        self.log.write(f"  {library:<10} skipped: {reason}\n")
+
+    def peer(self, workload: str, library: str, build: Callable[[], Any],
+             unavailable_key: str) -> Any:
+        """Build a peer's workload, or record why it is skipped (None)."""
+        if not env.peer_status()[library]["installed"]:
+            if not any(s.workload == workload and s.library == library
+                       for s in self.run.skipped):
+                self.skip(workload, library, "not installed")
+            return None
+        self.log.write(f"  {library:<10} building...\n")
+        self.log.flush()
+        work = build()
+        if work is None:
+            self.skip(workload, library, peers.UNAVAILABLE.get(unavailable_key,
+                                                               "unavailable"))
+        return work
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    peers: tuple[str, ...]
+    measure: Callable[[Config, _Recorder], None]
+
+
+# ----- the workloads -----
+
+_PRIORITIZED_PEERS = (("cpprb", "cpprb_prioritized", "PrioritizedReplayBuffer"),
+                      ("torchrl", "torchrl_prioritized", "PrioritizedReplayBuffer"),
+                      ("tianshou", "tianshou_prioritized", "PrioritizedReplayBuffer"))
+_UNIFORM_PEERS = (("cpprb", "cpprb_uniform", "ReplayBuffer"),
+                  ("torchrl", "torchrl_uniform", "ReplayBuffer + LazyTensorStorage"),
+                  ("sb3", "sb3_uniform", "ReplayBuffer"))
+
+
+def _prioritized(cfg: Config, rec: _Recorder) -> None:
+    name = "prioritized"
+    rounds, inner = cfg.rounds, cfg.inner
+    for variant, factory, baseline in (
+            ("ReplayBuffer(alpha=0.6)", workloads.fastreplay_replay_buffer, True),
+            ("Table (metadata only)", workloads.fastreplay_prioritized, False)):
+        w = factory(cfg.capacity)
+        rec.time(name, "fastreplay", variant, partial(w.sample_update, 256, 0.4),
+                 rounds, inner=inner, baseline=baseline)
+        del w
+    for library, key, variant in _PRIORITIZED_PEERS:
+        p = rec.peer(name, library, partial(peers.PRIORITIZED[key], cfg.capacity),
+                     key)
+        if p is not None:
+            rec.time(name, library, variant, partial(p.sample_update, 256, 0.4),
+                     rounds, inner=inner, kind="peer")
+        del p
+
+
+def _uniform(cfg: Config, rec: _Recorder) -> None:
+    name = "uniform"
+    rounds, inner = cfg.rounds, cfg.inner
+    for variant, factory, baseline in (
+            ("ReplayBuffer (5 fields)", workloads.fastreplay_replay_buffer_uniform,
+             True),
+            ("Table (metadata only)", workloads.fastreplay_uniform, False)):
+        w = factory(cfg.capacity)
+        rec.time(name, "fastreplay", variant, partial(w.sample, 256), rounds,
+                 inner=inner, baseline=baseline)
+        del w
+    for library, key, variant in _UNIFORM_PEERS:
+        p = rec.peer(name, library, partial(peers.UNIFORM[key], cfg.capacity), key)
+        if p is not None:
+            rec.time(name, library, variant, partial(p.sample, 256), rounds,
+                     inner=inner, kind="peer")
+        del p
+
+
+def _writer(atari: bool, flush: bool) -> Callable[[Config, _Recorder], None]:
+    def measure(cfg: Config, rec: _Recorder) -> None:
+        name = _writer_name(atari, flush)
+        obs = workloads.ATARI_OBS if atari else workloads.SMALL_OBS
+        in_flight = 5 if flush else None
+        steps, scale = cfg.writer_steps, 1000 / cfg.writer_steps
+        w = workloads.WriterWorkload(obs, max_in_flight=in_flight)
+        rec.time(name, "fastreplay", "TrajectoryWriter", lambda: w.run(steps),
+                 cfg.writer_rounds, scale=scale, per="1000 steps", baseline=True)
+        w.writer.close()
+        from fastreplay.bench import reverb_peer
+
+        frames = workloads.atari_frames(64) if atari else None
+        p = rec.peer(name, "dm-reverb", lambda: reverb_peer.reverb_writer(
+            obs[0], obs[1], steps=max(steps, 64), frames=frames,
+            max_in_flight=in_flight), "reverb_writer")
+        if p is not None:
+            try:
+                rec.time(name, "dm-reverb", "TrajectoryWriter", lambda: p.run(steps),
+                         cfg.writer_rounds, scale=scale, per="1000 steps", kind="peer")
+            finally:
+                p.close()
+
+    return measure
+
+
+def _writer_name(atari: bool, flush: bool) -> str:
+    return "writer-" + ("atari" if atari else "small") + ("-flush5" if flush else "")
+
+
+def _sample_batch(cfg: Config, rec: _Recorder) -> None:
+    name, batches = "sample_batch", cfg.sample_batches
+    w = workloads.SampleBatchWorkload(cfg.sample_table)
+    try:
+        rec.time(name, "fastreplay", "client.sample_batch", lambda: w.run(batches),
+                 cfg.writer_rounds, scale=1 / batches, per="batch of 256",
+                 baseline=True)
+    finally:
+        w.close()
+    from fastreplay.bench import reverb_peer
+
+    vias: tuple[tuple[Literal["client", "dataset"], str], ...] = (
+        ("client", "client.sample"), ("dataset", "TrajectoryDataset"))
+    for via, variant in vias:
+        p = rec.peer(name, "dm-reverb", partial(reverb_peer.reverb_sample,
+                                                cfg.sample_table, via=via),
+                     f"reverb_sample_{via}")
+        if p is not None:
+            try:
+                rec.time(name, "dm-reverb", variant, partial(p.run, batches),
+                         cfg.writer_rounds, scale=1 / batches, per="batch of 256",
+                         kind="peer")
+            finally:
+                p.close()
+        del p
+
+
+def _memory(cfg: Config, rec: _Recorder) -> None:
+    m = workloads.stored_bytes_per_step(cfg.memory_steps)
+    rec.add(Result("memory", "fastreplay", "stored (LZ4 chunks)",
+                   m["stored_bytes_per_step"], "B", "step", 1, baseline=True))
+    rec.add(Result("memory", "uncompressed", "one step's payload",
+                   m["raw_bytes_per_step"], "B", "step", 1, kind="reference"))
+    rec.add(Result("memory", "uncompressed", "one length-5 item's payload",
+                   m["item_payload_bytes"], "B", "step", 1, kind="reference"))
+
+
+def _threads(cfg: Config, rec: _Recorder) -> None:
+    for n in cfg.threads:
+        runs = [workloads.concurrent_throughput(n, cfg.thread_steps)
+                for _ in range(cfg.thread_rounds)]
+        label = f"{n} writer{'s' if n > 1 else ''} + 1 sampler"
+        rec.add(Result("threads", "fastreplay", f"{label}: steps",
+                       statistics.median(r[0] for r in runs), "steps/s", "",
+                       cfg.thread_rounds))
+        rec.add(Result("threads", "fastreplay", f"{label}: sampled items",
+                       statistics.median(r[1] for r in runs), "items/s", "",
+                       cfg.thread_rounds))
+
+
+WORKLOADS = [
+    Workload("prioritized", "Prioritized replay, capacity 1e6: sample 256 "
+             "(alpha 0.6, IS weights beta 0.4) + update 256 priorities",
+             ("cpprb", "torchrl", "tianshou"), _prioritized),
+    Workload("uniform", "Uniform sample of 256 from 1e6 small transitions",
+             ("cpprb", "torchrl", "sb3"), _uniform),
+    *[Workload(_writer_name(a, f), "Writer: {observation: "
+               + ("uint8[84,84,4] frames" if a else "float32[8]")
+               + ", action, reward}, one length-5 item per step"
+               + (", flush(5) after each item" if f else ""),
+               ("dm-reverb",), _writer(a, f))
+      for f in (False, True) for a in (False, True)],
+    Workload("sample_batch", "Batches of 256 length-5 items of small steps from "
+             "a 100k-item Uniform table", ("dm-reverb",), _sample_batch),
+    Workload("memory", "Bytes per stored step, overlapping length-5 items of "
+             "Atari-like frames", (), _memory),
+    Workload("threads", "Aggregate throughput: 1, 2, 4 writer threads (Atari "
+             "steps) plus one sample_batch thread", (), _threads),
+]
+WORKLOAD_NAMES = [w.name for w in WORKLOADS]
+
+
+def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = None,
+        log: TextIO = sys.stderr) -> Run:
+    """Measure the selected workloads (all by default) and compute ratios."""
+    result = Run(config, quick)
+    rec = _Recorder(result, log)
+    t0 = time.perf_counter()
+    for w in WORKLOADS:
+        if only and w.name not in only:
+            continue
+        result.workloads.append(w)
+        log.write(f"{w.name}: {w.title}\n")
+        log.flush()
+        w.measure(config, rec)
+    result.seconds = time.perf_counter() - t0
+    result.context = {"machine": env.machine(), "versions": env.versions(),
+                      "build": env.build_info(), "commit": env.commit()}
+    _ratios(result.results)
+    return result
+
+
+def _ratios(results: list[Result]) -> None:
+    base = {r.workload: r for r in results if r.baseline}
+    for r in results:
+        b = base.get(r.workload)
+        if (b is not None and r.kind != "fastreplay" and r.unit == b.unit
+                and r.per == b.per and b.median > 0):
+            r.ratio = r.median / b.median
+
+
+# ----- formatting -----
+
+def format_value(value: float, unit: str) -> str:
+    """A median with a readable unit: seconds as ns/µs/ms/s, others grouped."""
+    if unit == "s":
+        for scale, name in ((1e-6, "ns"), (1e-3, "µs"), (1.0, "ms")):
+            if value < scale:
+                return f"{value * 1e3 / scale:.1f} {name}"
+        return f"{value:.2f} s"
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    return f"{value:.1f} {unit}"
+
+
+def _median_text(r: Result) -> str:
+    value = format_value(r.median, r.unit)
+    return f"{value} / {r.per}" if r.per else value
+
+
+def _ratio_text(r: Result) -> str:
+    if r.baseline:
+        return "1.0 (baseline)"
+    return "" if r.ratio is None else f"{r.ratio:.1f}x"
+
+
+def format_table(run: Run, markdown: bool = False) -> str:
+    """The results as a text (or Markdown) table, then the skipped peers."""
+    header = ["workload", "library", "variant", "median", "peer / fastreplay"]
+    rows = [[r.workload, r.library, r.variant,
+             _median_text(r), _ratio_text(r)]
+            for r in run.results]
+    lines = []
+    if markdown:
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        last = None
+        for row in rows:
+            shown = ["" if row[0] == last else row[0], *row[1:]]
+            last = row[0]
+            lines.append("| " + " | ".join(shown) + " |")
+    else:
+        widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+        for row in [header, ["-" * w for w in widths], *rows]:
+            cells = (c.ljust(w) for c, w in zip(row, widths, strict=True))
+            lines.append("  ".join(cells).rstrip())
+    if run.skipped:
+        lines.append("")
+        lines.append("Skipped:")
+        for s in run.skipped:
+            reason = s.reason.splitlines()[0] if s.reason else ""
+            if len(reason) > 120:  # e.g. a mangled C++ symbol; --json has it all
+                reason = reason[:117] + "..."
+            lines.append(f"- {s.library} ({s.workload}): {reason}")
+    return "\n".join(lines)
+
+
+def format_context(run: Run) -> str:
+    """One paragraph: machine, versions, commit and sizes of a run."""
+    m, v = run.context["machine"], run.context["versions"]
+    memory = f", {m['memory_bytes'] / 2**30:.0f} GiB" if m["memory_bytes"] else ""
+    libs = ", ".join(f"{k} {val}" for k, val in v.items())
+    sizes = "quick sizes" if run.quick else "full sizes"
+    return (f"Machine: {m['cpu']}, {m['cores']} logical cores{memory}, {m['system']}. "
+            f"Versions: {libs}. Commit: {run.context['commit'] or 'unknown'}. "
+            f"{sizes.capitalize()} (capacity {run.config.capacity:,}); "
+            f"{run.seconds:.0f} s in all.")
+
+
+def plot(runs: Sequence[Run], path: str) -> None:
+    """A PNG bar chart of every ratio of ``runs`` (log scale; 1 = as fast as
+    fastreplay; each ratio is to fastreplay measured in its own run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: list[Result] = []
+    for r in (r for run in runs for r in run.results if r.ratio is not None):
+        if r.kind == "reference" and any(  # the same in every run: once
+                (q.workload, q.variant) == (r.workload, r.variant) for q in rows):
+            continue
+        rows.append(r)
+    labels = [f"{r.workload}: {r.library} {r.variant}" for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4), dpi=90)
+    colors = ["#4c72b0" if r.kind == "peer" else "#999999" for r in rows]
+    ax.barh(range(len(rows)), [r.ratio or 0 for r in rows], color=colors)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ratios = [r.ratio or 1.0 for r in rows]
+    ax.set_xlim(min(0.5, min(ratios) / 1.5), max(ratios) * 2.5)
+    for i, r in enumerate(rows):
+        ax.text(r.ratio or 0, i, f" {r.ratio:.1f}x", va="center", fontsize=7)
+    ax.set_xlabel("peer median / fastreplay median (higher: fastreplay faster or "
+                  "smaller; grey: uncompressed payload)", fontsize=8)
+    commits = sorted({str(run.context.get("commit")) for run in runs})
+    sizes = "quick" if any(run.quick for run in runs) else "full"
+    ax.set_title(f"fastreplay bench ({sizes} sizes, commit {', '.join(commits)})",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,267 @@
+"""fastreplay's side of the standard workloads (DESIGN.md section 6).
+
+The table factories (``fastreplay_prioritized``, ``fastreplay_uniform``,
+``fastreplay_replay_buffer``, ``fastreplay_replay_buffer_uniform``) fill a
+buffer of ``capacity`` items through the same public API a user calls and
+return the workload objects that :mod:`fastreplay.bench.peers` defines, so
+every library is driven by the same code.  Sampling computes importance
+weights, as the peers do.  The writer, sampling, memory and concurrency
+workloads follow.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+import fastreplay
+from fastreplay import errors, rate_limiters, selectors
+from fastreplay.bench.peers import PrioritizedWorkload, UniformWorkload, transitions
+
+
+def _filled_table(sampler: selectors.ItemSelector, capacity: int, seed: int
+                  ) -> tuple[fastreplay.Table, float, np.random.Generator]:
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    table = fastreplay.Table(
+        "bench", sampler, selectors.Fifo(), capacity, rate_limiters.MinSize(1),
+        seed=seed,
+    )
+    table.insert_batch(
+        np.arange(capacity, dtype=np.uint64), rng.uniform(1e-3, 1.0, capacity)
+    )
+    return table, time.perf_counter() - t0, rng
+
+
+def fastreplay_prioritized(
+    capacity: int = 1_000_000, alpha: float = 0.6, seed: int = 0
+) -> PrioritizedWorkload:
+    table, fill, rng = _filled_table(selectors.Prioritized(alpha), capacity, seed)
+
+    def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
+        info = table.sample(batch_size)
+        return (info, info.weights(beta)), info.key
+
+    return PrioritizedWorkload(
+        "fastreplay_prioritized", capacity, fill, sample, table.update_priorities, rng
+    )
+
+
+def fastreplay_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload:
+    table, fill, _ = _filled_table(selectors.Uniform(), capacity, seed)
+    return UniformWorkload("fastreplay_uniform", capacity, fill, table.sample)
+
+
+# ----- writer workloads (DESIGN.md section 6, workloads 1, 4 and 5) -----
+
+SMALL_OBS = ((8,), np.float32)
+ATARI_OBS = ((84, 84, 4), np.uint8)
+
+
+def atari_frames(n: int, seed: int = 0,
+                 shape: tuple[int, ...] = (84, 84, 4)) -> list[np.ndarray]:
+    """``n`` Atari-like uint8 observations of ``shape`` ((H, W, C), (H, W) or
+    (D,); default DQN's [84, 84, 4]): a dark background with a ground line,
+    a few moving bright rectangles and a noisy score bar, stacked C frames
+    deep as DQN does (consecutive observations share C - 1 frames)."""
+    if len(shape) == 3:
+        height, width, depth = shape
+    elif len(shape) == 2:
+        (height, width), depth = shape, 1
+    elif len(shape) == 1:
+        height, width, depth = 1, shape[0], 1
+    else:
+        raise ValueError(f"shape must have 1 to 3 dimensions, got {shape}")
+    if min(height, width, depth) < 1:
+        raise ValueError(f"shape must be positive, got {shape}")
+    rng = np.random.default_rng(seed)
+    size = max(1, min(height, width) // 14)  # 6 pixels on an 84-pixel frame
+    ground = height * 5 // 6, max(1, height // 21)  # rows 70:74 of 84
+    bar = slice(2, 4) if height >= 8 else slice(0, 1)  # score bar rows
+    bar_rows = bar.stop - bar.start
+    frames = []
+    for t in range(n + depth - 1):
+        f = np.zeros((height, width), np.uint8)
+        f[ground[0]:ground[0] + ground[1], :] = 90
+        for k in range(4):
+            x = (7 * t + 19 * k) % max(1, width - size - 2)
+            y = (3 * t + 23 * k) % max(1, height * 5 // 7)
+            f[y:y + size, x:x + size] = 200 + 10 * k
+        f[bar, :] = rng.integers(0, 255, (bar_rows, width), dtype=np.uint8)
+        frames.append(f)
+    return [np.stack(frames[t:t + depth], axis=-1).reshape(shape) for t in range(n)]
+
+
+class WriterWorkload:
+    """Append steps ``{observation, action, reward}`` and, once 5 steps are
+    available, create one item per step over the last 5 steps (SARS-style
+    overlapping items) into a Prioritized table of capacity 1e6;
+    ``end_episode`` every 1,000 steps; with ``max_in_flight``, also
+    ``flush(max_in_flight)`` after each item as Acme's adders do."""
+
+    def __init__(self, obs: tuple[tuple[int, ...], Any], num_obs: int = 64,
+                 chunk_store: fastreplay.ChunkStore | None = None,
+                 table: fastreplay.Table | None = None,
+                 max_in_flight: int | None = None) -> None:
+        shape, dtype = obs
+        if dtype == np.uint8 and shape == ATARI_OBS[0]:
+            self.obs = atari_frames(num_obs)
+        else:
+            rng = np.random.default_rng(0)
+            self.obs = [rng.standard_normal(shape).astype(dtype)
+                        for _ in range(num_obs)]
+        # ``is None``, not ``or``: an empty Table is falsy (it has __len__).
+        self.table = table if table is not None else fastreplay.Table(
+            "bench", selectors.Prioritized(0.6), selectors.Fifo(), 1_000_000,
+            rate_limiters.MinSize(1),
+        )
+        self.writer = fastreplay.TrajectoryWriter(
+            self.table, 5,
+            chunk_store=fastreplay.ChunkStore() if chunk_store is None else chunk_store,
+        )
+        self.steps = 0
+        self.max_in_flight = max_in_flight
+
+    def run(self, n_steps: int) -> None:
+        w, obs = self.writer, self.obs
+        for _ in range(n_steps):
+            i = self.steps
+            w.append({"observation": obs[i % len(obs)], "action": np.int32(i % 7),
+                      "reward": np.float32(1.0)})
+            if w.episode_steps >= 5:
+                h = w.history
+                w.create_item("bench", 1.0, {
+                    "observation": h["observation"][-5:],
+                    "action": h["action"][-5:],
+                    "reward": h["reward"][-5:],
+                })
+                if self.max_in_flight is not None:  # as Acme's adders do
+                    w.flush(self.max_in_flight)
+            self.steps += 1
+            if self.steps % 1000 == 0:
+                w.end_episode()
+        w.flush()
+
+
+# ----- client workloads (issue 4): ReplayBuffer and sample_batch -----
+
+
+def fastreplay_replay_buffer(
+    capacity: int = 1_000_000, alpha: float = 0.6, seed: int = 0
+) -> PrioritizedWorkload:
+    """``ReplayBuffer(alpha)`` holding ``capacity`` transitions with one
+    float32 field ``obs`` of shape 1, like ``peers.cpprb_prioritized``;
+    sampling gathers that field and computes importance weights."""
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    rb = fastreplay.ReplayBuffer(capacity, alpha=alpha, seed=seed)
+    for lo in range(0, capacity, 100_000):
+        n = min(100_000, capacity - lo)
+        rb.add_batch(obs=rng.standard_normal((n, 1), np.float32),
+                     priorities=rng.uniform(1e-3, 1.0, n))
+    fill = time.perf_counter() - t0
+
+    def sample(batch_size: int, beta: float) -> tuple[Any, Any]:
+        batch = rb.sample(batch_size, beta)
+        return batch, batch["indexes"]
+
+    return PrioritizedWorkload("fastreplay_replay_buffer", capacity, fill, sample,
+                               rb.update_priorities, rng)
+
+
+class SampleBatchWorkload:
+    """A Uniform table of ``size`` length-5 items of small steps
+    ``{observation: float32[8], action: int32, reward: float32}`` written by
+    a TrajectoryWriter; ``run(n)`` draws n batches with ``sample_batch``."""
+
+    def __init__(self, size: int = 100_000, batch: int = 256) -> None:
+        table = fastreplay.Table("bench", selectors.Uniform(), selectors.Fifo(), size,
+                                 rate_limiters.MinSize(1))
+        self.server = fastreplay.Server([table])
+        self.client = self.server.localhost_client()
+        self.batch = batch
+        work = WriterWorkload(SMALL_OBS, table=table)
+        work.writer = self.client.trajectory_writer(5)
+        work.run(size + 4)
+
+    def run(self, n: int) -> int:
+        for _ in range(n):
+            self.client.sample_batch("bench", self.batch)
+        return n * self.batch
+
+    def close(self) -> None:
+        """Stop the server (its table refuses further calls)."""
+        self.server.stop()
+
+
+def fastreplay_replay_buffer_uniform(capacity: int = 1_000_000, seed: int = 0
+                                     ) -> UniformWorkload:
+    """A uniform ``ReplayBuffer`` of ``capacity`` transitions with the peers'
+    five small float32 fields (``peers.transitions``); sampling gathers all
+    five, as cpprb, TorchRL and SB3 do."""
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    rb = fastreplay.ReplayBuffer(capacity, seed=seed)
+    for lo in range(0, capacity, 100_000):
+        fields: dict[str, Any] = transitions(rng, min(100_000, capacity - lo))
+        rb.add_batch(**fields)
+    fill = time.perf_counter() - t0
+    return UniformWorkload("fastreplay_replay_buffer_uniform", capacity, fill,
+                           rb.sample)
+
+
+def stored_bytes_per_step(steps: int = 2000) -> dict[str, float]:
+    """Write ``steps`` Atari steps with one length-5 item per step into a
+    fresh ChunkStore; return stored and raw bytes per step and their ratio
+    (the store counts live chunks: every step here is still referenced)."""
+    store = fastreplay.ChunkStore()
+    work = WriterWorkload(ATARI_OBS, num_obs=2000, chunk_store=store)
+    work.run(steps)
+    stats = store.stats()
+    raw_step = int(np.prod(ATARI_OBS[0])) + 4 + 4  # observation, action, reward
+    stored = stats["stored_bytes"] / work.steps
+    return {"stored_bytes_per_step": stored, "raw_bytes_per_step": float(raw_step),
+            "item_payload_bytes": float(5 * raw_step),
+            "stored_over_raw": stored / raw_step}
+
+
+def concurrent_throughput(writers: int, steps: int, batch: int = 256
+                          ) -> tuple[float, float]:
+    """``writers`` threads each write ``steps`` Atari steps (one length-5 item
+    per step) into one Prioritized table while one thread samples batches of
+    ``batch`` items with ``sample_batch`` until the writers finish.  Returns
+    aggregate (steps/s, sampled items/s) over the writers' wall time."""
+    table = fastreplay.Table("bench", selectors.Prioritized(0.6), selectors.Fifo(),
+                             1_000_000, rate_limiters.MinSize(1))
+    server = fastreplay.Server([table])
+    client = server.localhost_client()
+    works = [WriterWorkload(ATARI_OBS, table=table) for _ in range(writers)]
+    done = threading.Event()
+    sampled = [0]
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                info, _ = client.sample_batch("bench", batch, timeout=0.05)
+            except errors.DeadlineExceededError:
+                continue
+            sampled[0] += len(info.key)
+
+    threads = [threading.Thread(target=w.run, args=(steps,)) for w in works]
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    for w in works:
+        w.writer.close()
+    server.stop()
+    return writers * steps / wall, sampled[0] / wall

@@ -1,0 +1,269 @@
+"""``fastreplay demo``: the main job on the embedded default.
+
+Actor threads write Atari-like episodes through ``TrajectoryWriter`` into a
+Prioritized table guarded by a ``SampleToInsertRatio`` rate limiter, while a
+learner thread samples batches with ``client.sample_batch``, weighs them with
+importance weights and writes new priorities back.  A progress line runs on
+stderr; ``run_demo`` returns the summary (steps/s, samples/s, stored bytes
+per step, compression, rate-limiter stalls, peak memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+import fastreplay
+from fastreplay import errors, rate_limiters, selectors
+from fastreplay.bench.workloads import atari_frames
+
+__all__ = ["DemoConfig", "run_demo"]
+
+TABLE = "replay"
+ITEM_LENGTH = 5  # steps per item (an n-step transition window)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    duration: float = 20.0
+    actors: int = 2
+    obs_shape: tuple[int, ...] = (84, 84, 4)
+    batch_size: int = 64
+    samples_per_insert: float = 1.0
+    max_size: int = 100_000
+    episode_length: int = 500
+    seed: int = 0
+
+
+class _Actor(threading.Thread):
+    """Writes episodes until ``stop`` is set, then closes its writer."""
+
+    def __init__(self, index: int, client: fastreplay.Client, cfg: DemoConfig,
+                 frames: list[np.ndarray], stop: threading.Event) -> None:
+        super().__init__(name=f"fastreplay-demo-actor-{index}", daemon=True)
+        self.writer = client.trajectory_writer(num_keep_alive_refs=ITEM_LENGTH)
+        self.cfg, self.frames, self.stop = cfg, frames, stop
+        self.rng = np.random.default_rng(cfg.seed + 1 + index)
+        self.offset = index * 17  # actors see different frames
+        self.steps = 0
+        self.wait_seconds = 0.0  # time blocked in flush / end_episode
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            if not (isinstance(exc, errors.TableClosedError) and self.stop.is_set()):
+                self.error = exc
+        finally:
+            self.writer.close()  # drops items the table can no longer take
+
+    def _write(self) -> None:
+        w, frames, rng, stop = self.writer, self.frames, self.rng, self.stop
+        while not stop.is_set():
+            length = int(rng.integers(self.cfg.episode_length // 2,
+                                      self.cfg.episode_length + 1))
+            for t in range(length):
+                if stop.is_set():
+                    return
+                frame = frames[(self.offset + self.steps) % len(frames)]
+                w.append({"observation": frame,
+                          "action": np.int32(rng.integers(18)),
+                          "reward": np.float32(rng.random() < 0.05),
+                          "discount": np.float32(t < length - 1)})
+                self.steps += 1
+                if w.episode_steps >= ITEM_LENGTH:
+                    h = w.history
+                    w.create_item(TABLE, 1.0, {k: h[k][-ITEM_LENGTH:] for k in
+                                               ("observation", "action", "reward",
+                                                "discount")})
+                    self._wait_for_room()
+            self._until_sent(lambda: w.end_episode(timeout_ms=100))
+
+    def _wait_for_room(self) -> None:
+        """Back-pressure as Acme's adders apply it: at most a few items in
+        flight, so a blocked rate limiter slows the actor down."""
+        self._until_sent(lambda: self.writer.flush(4, timeout_ms=100))
+
+    def _until_sent(self, call: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            while not self.stop.is_set():
+                try:
+                    call()
+                    return
+                except errors.DeadlineExceededError:
+                    continue
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
+
+class _Learner(threading.Thread):
+    """Samples batches, computes IS weights and updates priorities."""
+
+    def __init__(self, client: fastreplay.Client, cfg: DemoConfig,
+                 stop: threading.Event) -> None:
+        super().__init__(name="fastreplay-demo-learner", daemon=True)
+        self.client, self.cfg, self.stop = client, cfg, stop
+        self.rng = np.random.default_rng(cfg.seed)
+        self.batches = self.samples = self.updates = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._learn()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            if not (isinstance(exc, errors.TableClosedError) and self.stop.is_set()):
+                self.error = exc
+
+    def _learn(self) -> None:
+        client, batch, rng = self.client, self.cfg.batch_size, self.rng
+        while not self.stop.is_set():
+            try:
+                info, data = client.sample_batch(TABLE, batch, timeout=0.1)
+            except errors.DeadlineExceededError:
+                continue
+            weights = info.weights(0.4)
+            # A stand-in for |TD error|: discounted n-step return plus noise,
+            # scaled by the IS weight, touching the observations as a
+            # network's input would.
+            ret = (data["reward"] * np.cumprod(data["discount"] * 0.99, axis=1)).sum(1)
+            frame_mean = data["observation"][:, -1].mean(
+                axis=tuple(range(1, data["observation"].ndim - 1)))
+            td = np.abs(ret + 1e-3 * frame_mean + rng.normal(0, 0.1, len(ret)))
+            client.update_priorities(TABLE, info.key, td * weights + 1e-3)
+            self.batches += 1
+            self.samples += len(info.key)
+            self.updates += len(info.key)
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _progress(out: TextIO, elapsed: float, cfg: DemoConfig, steps: int, samples: int,
+              size: int, end: str) -> None:
+    frac = min(elapsed / cfg.duration, 1.0)
+    bar = "#" * int(frac * 20) + "-" * (20 - int(frac * 20))
+    rate = elapsed if elapsed > 0 else 1.0
+    out.write(f"\r[{bar}] {elapsed:5.1f}/{cfg.duration:.0f} s  steps {steps:,} "
+              f"({steps / rate:,.0f}/s)  samples {samples:,} ({samples / rate:,.0f}/s)"
+              f"  table {size:,}   {end}")
+    out.flush()
+
+
+def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str, Any]:
+    """Run the demo for ``cfg.duration`` seconds; return its summary.
+
+    Raises the first error of an actor or the learner after every thread
+    has stopped.
+    """
+    table = fastreplay.Table(
+        TABLE, selectors.Prioritized(0.6), selectors.Fifo(), cfg.max_size,
+        rate_limiters.SampleToInsertRatio(
+            cfg.samples_per_insert, min_size_to_sample=1000,
+            error_buffer=max(1000.0, 4 * cfg.batch_size * cfg.samples_per_insert)))
+    server = fastreplay.Server([table])
+    client = server.localhost_client()
+    frames = atari_frames(256, seed=cfg.seed, shape=cfg.obs_shape)
+    stop = threading.Event()
+    actors = [_Actor(i, client, cfg, frames, stop) for i in range(cfg.actors)]
+    learner = _Learner(client, cfg, stop)
+    threads: list[_Actor | _Learner] = [*actors, learner]
+    tty = progress is not None and progress.isatty()
+    t0 = time.perf_counter()
+    last_line = t0
+    try:
+        for t in threads:
+            t.start()
+        while (elapsed := time.perf_counter() - t0) < cfg.duration:
+            if any(t.error is not None for t in threads):
+                break
+            time.sleep(min(0.2, cfg.duration - elapsed))
+            now = time.perf_counter()
+            if progress is not None and (tty or now - last_line >= 5):
+                last_line = now
+                _progress(progress, now - t0, cfg, sum(a.steps for a in actors),
+                          learner.samples, len(table), "" if tty else "\n")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        info = table.info
+        stats = server.chunk_store.stats()
+        server.stop()
+    if progress is not None:
+        _progress(progress, elapsed, cfg, sum(a.steps for a in actors),
+                  learner.samples, info.current_size, "\n")
+    for t in threads:
+        if t.error is not None:
+            raise t.error
+    steps = sum(a.steps for a in actors)
+    # observation, action, reward, discount
+    step_bytes = int(np.prod(cfg.obs_shape)) + 4 + 4 + 4
+    stored_steps = stats["raw_bytes"] / step_bytes
+    limiter = info.rate_limiter_info
+    return {
+        "duration_s": elapsed,
+        "actors": cfg.actors,
+        "obs_shape": list(cfg.obs_shape),
+        "batch_size": cfg.batch_size,
+        "samples_per_insert": cfg.samples_per_insert,
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "items_inserted": info.num_inserts,
+        "items_per_s": info.num_inserts / elapsed,
+        "batches": learner.batches,
+        "samples": learner.samples,
+        "samples_per_s": learner.samples / elapsed,
+        "priority_updates": learner.updates,
+        "table_size": info.current_size,
+        "evictions": info.num_evictions,
+        "stored_bytes": stats["stored_bytes"],
+        "raw_bytes": stats["raw_bytes"],
+        "step_payload_bytes": step_bytes,
+        "stored_bytes_per_step": stats["stored_bytes"] / max(stored_steps, 1.0),
+        "compression_ratio": stats["raw_bytes"] / max(stats["stored_bytes"], 1),
+        "actor_wait_s": sum(a.wait_seconds for a in actors),
+        "insert_stall_s": limiter.insert_stats.stall_seconds,
+        "insert_stalls": limiter.insert_stats.blocked,
+        "sample_stall_s": limiter.sample_stats.stall_seconds,
+        "sample_stalls": limiter.sample_stats.blocked,
+        "peak_rss_bytes": _peak_rss_bytes(),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as aligned ``name: value`` lines."""
+    shape = "x".join(map(str, s["obs_shape"]))
+    rows = [
+        ("duration", f"{s['duration_s']:.1f} s, {s['actors']} actors, learner batch "
+                     f"{s['batch_size']}, observations uint8[{shape}]"),
+        ("steps", f"{s['steps']:,} ({s['steps_per_s']:,.0f} steps/s)"),
+        ("items inserted", f"{s['items_inserted']:,} ({s['items_per_s']:,.0f}/s)"),
+        ("samples", f"{s['samples']:,} in {s['batches']:,} batches "
+                    f"({s['samples_per_s']:,.0f} samples/s)"),
+        ("priority updates", f"{s['priority_updates']:,}"),
+        ("table", f"{s['table_size']:,} items, {s['evictions']:,} evicted"),
+        ("stored bytes/step", f"{s['stored_bytes_per_step']:,.0f} B "
+                              f"(payload {s['step_payload_bytes']:,} B)"),
+        ("compression", f"{s['compression_ratio']:.1f}x ({s['stored_bytes']:,} B "
+                        f"stored for {s['raw_bytes']:,} B raw)"),
+        ("rate-limiter stall", f"table inserts {s['insert_stall_s']:.2f} s "
+                               f"({s['insert_stalls']:,} waits), samples "
+                               f"{s['sample_stall_s']:.2f} s "
+                               f"({s['sample_stalls']:,} waits)"),
+        ("actor flush wait", f"{s['actor_wait_s']:.2f} s over {s['actors']} actors "
+                             "(writer back-pressure, rate limiter included)"),
+        ("peak memory", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)

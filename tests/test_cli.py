@@ -1,0 +1,208 @@
+"""The ``fastreplay`` command, run as a user runs it: ``python -m fastreplay``
+in a subprocess (``demo``, ``bench --quick``, ``info``, argument errors)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastreplay.bench import runner
+from fastreplay.bench.env import PEERS
+from fastreplay.bench.workloads import atari_frames
+
+PEER_NAMES = {p.name for p in PEERS}
+
+
+def fastreplay_cmd(*args: str, cwd: Path, timeout: float = 120
+                   ) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # Make the subprocess import this very package (a checkout on
+    # PYTHONPATH or an installed one), whatever the working directory.
+    root = str(Path(__file__).resolve().parent.parent)
+    if Path(root, "fastreplay", "__init__.py").exists():
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (root, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "fastreplay", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+# ----- demo -----
+
+def test_demo_runs_and_reports_a_consistent_summary(tmp_path: Path) -> None:
+    out = fastreplay_cmd("demo", "--duration", "3", "--json", "demo.json",
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for field in ("steps:", "samples:", "stored bytes/step:", "compression:",
+                  "rate-limiter stall:", "peak memory:"):
+        assert field in out.stdout
+    assert "[####" in out.stderr  # the progress bar
+    s = json.loads((tmp_path / "demo.json").read_text())
+    for key in ("steps", "steps_per_s", "samples", "samples_per_s", "batches",
+                "items_inserted", "stored_bytes", "raw_bytes",
+                "stored_bytes_per_step", "compression_ratio", "peak_rss_bytes"):
+        assert positive(s[key]), (key, s[key])
+    assert 3 <= s["duration_s"] < 30
+    assert s["insert_stall_s"] >= 0 and s["sample_stall_s"] >= 0
+    assert s["actor_wait_s"] >= 0
+    # Every sampled item got its priority updated, in whole batches.
+    assert s["priority_updates"] == s["samples"] <= s["batches"] * s["batch_size"]
+    # SampleToInsertRatio(1.0, min_size_to_sample=1000, error_buffer=1000)
+    # allows samples <= inserts <= samples + 2000 at every moment.
+    assert s["samples"] <= s["items_inserted"] <= s["samples"] + 2000
+    assert s["items_inserted"] <= s["steps"]
+    # Atari-like frames compress, and overlapping items share their steps.
+    assert s["compression_ratio"] > 4
+    assert s["stored_bytes_per_step"] < s["step_payload_bytes"] / 4
+
+
+def test_demo_takes_other_observation_shapes(tmp_path: Path) -> None:
+    out = fastreplay_cmd("demo", "--duration", "1", "--actors", "1", "--obs-shape",
+                         "16,16", "--batch-size", "8", "--quiet", "--json", "d.json",
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "[" not in out.stderr  # --quiet: no progress line
+    s = json.loads((tmp_path / "d.json").read_text())
+    assert s["obs_shape"] == [16, 16] and s["actors"] == 1
+    assert s["step_payload_bytes"] == 16 * 16 + 12
+    assert positive(s["steps"]) and positive(s["samples"])
+
+
+# ----- bench -----
+
+def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
+        tmp_path: Path) -> None:
+    out = fastreplay_cmd("bench", "--quick", "--json", "out.json", cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "peer / fastreplay" in out.stdout and "Machine:" in out.stdout
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["format"] == "fastreplay-bench/1" and doc["quick"] is True
+    assert doc["versions"]["fastreplay"] and doc["versions"]["numpy"]
+    assert doc["machine"]["cores"] >= 1 and doc["build"]["extension"]
+    assert "commit" in doc
+    assert [w["name"] for w in doc["workloads"]] == runner.WORKLOAD_NAMES
+    results, skipped = doc["results"], doc["skipped"]
+    for r in results:
+        assert set(r) >= {"workload", "library", "variant", "median", "unit", "ratio",
+                          "rounds"}
+        assert positive(r["median"]) or r["unit"] == "items/s", r
+        assert r["rounds"] >= 1 and r["unit"] in {"s", "B", "steps/s", "items/s"}
+        assert r["ratio"] is None or positive(r["ratio"])
+        assert r["library"] in PEER_NAMES | {"fastreplay", "uncompressed"}
+    for s in skipped:
+        assert s["library"] in PEER_NAMES and s["reason"]
+    for w in doc["workloads"]:
+        mine = [r for r in results if r["workload"] == w["name"]]
+        baseline = [r for r in mine if r["baseline"]]
+        assert mine and len(baseline) <= 1, w["name"]
+        for r in mine:  # ratio = other median / fastreplay baseline median
+            if r["ratio"] is not None:
+                assert r["ratio"] == pytest.approx(r["median"] / baseline[0]["median"])
+        for peer in w["peers"]:  # every peer measured or skipped with a reason
+            measured = any(r["library"] == peer and positive(r["ratio"]) for r in mine)
+            noted = any(s["library"] == peer and s["workload"] == w["name"]
+                        for s in skipped)
+            assert measured or noted, (w["name"], peer)
+            if noted and not measured:
+                assert f"- {peer} ({w['name']})" in out.stdout
+    memory = {r["variant"]: r["median"] for r in results if r["workload"] == "memory"}
+    assert memory["one step's payload"] == 84 * 84 * 4 + 8
+    assert memory["stored (LZ4 chunks)"] < memory["one step's payload"] / 4
+
+
+def test_bench_plot_needs_matplotlib_or_writes_a_png(tmp_path: Path) -> None:
+    out = fastreplay_cmd("bench", "--quick", "--only", "memory", "--plot", "b.png",
+                         cwd=tmp_path)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert out.returncode == 2
+        assert "matplotlib" in out.stderr and "pip install" in out.stderr
+        assert out.stdout == ""  # refused before measuring anything
+    else:
+        assert out.returncode == 0, out.stderr
+        assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ratios_divide_by_the_workload_baseline() -> None:
+    rs = [runner.Result("w", "fastreplay", "a", 2.0, "s", "call", 3, baseline=True),
+          runner.Result("w", "fastreplay", "b", 1.0, "s", "call", 3),
+          runner.Result("w", "cpprb", "c", 5.0, "s", "call", 3, kind="peer"),
+          runner.Result("w", "cpprb", "d", 5.0, "s", "batch", 3, kind="peer"),
+          runner.Result("v", "sb3", "e", 5.0, "s", "call", 3, kind="peer")]
+    runner._ratios(rs)
+    assert [r.ratio for r in rs] == [None, None, 2.5, None, None]
+    assert runner.format_value(58.7e-6, "s") == "58.7 µs"
+    assert runner.format_value(1.5, "s") == "1.50 s"
+    assert runner.format_value(28232, "B") == "28,232 B"
+
+
+def test_atari_frames_take_any_shape_and_share_frames() -> None:
+    for shape in [(84, 84, 4), (16, 16), (10,), (32, 20, 3), (1, 1, 1)]:
+        frames = atari_frames(3, shape=shape)
+        assert [f.shape for f in frames] == [shape] * 3
+        assert all(f.dtype == np.uint8 for f in frames)
+    a, b = atari_frames(2)
+    np.testing.assert_array_equal(a[..., 1:], b[..., :-1])  # stacked like DQN
+    with pytest.raises(ValueError):
+        atari_frames(1, shape=(2, 2, 2, 2))
+
+
+# ----- info and usage -----
+
+def test_info_reports_versions_build_and_peers(tmp_path: Path) -> None:
+    out = fastreplay_cmd("info", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    import fastreplay
+
+    assert f"fastreplay {fastreplay.__version__}" in out.stdout
+    assert "numpy" in out.stdout and "lz4 in the core:" in out.stdout
+    for name in PEER_NAMES:
+        assert name in out.stdout
+    doc = json.loads(fastreplay_cmd("info", "--json", cwd=tmp_path).stdout)
+    assert set(doc["peers"]) == PEER_NAMES
+    assert isinstance(doc["build"]["lz4_available"], bool)
+    for p in doc["peers"].values():
+        assert isinstance(p["installed"], bool)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "required: COMMAND"),
+    (["nope"], "invalid choice: 'nope'"),
+    (["demo", "--duration", "0"], "--duration must be > 0"),
+    (["demo", "--duration", "soon"], "--duration must be a float"),
+    (["demo", "--duration", "nan"], "--duration must be > 0"),
+    (["demo", "--actors", "1.5"], "--actors must be a int"),
+    (["demo", "--obs-shape", "84,x"], "comma-separated integers"),
+    (["demo", "--obs-shape", "84,0"], "1 to 3 positive sizes"),
+    (["demo", "--obs-shape", "1,2,3,4"], "1 to 3 positive sizes"),
+    (["demo", "--obs-shape", "9000,9000"], "at most 64 MiB"),
+    (["bench", "--only", "nope"], "unknown workload nope"),
+    (["demo", "--unknown-flag"], "unrecognized arguments"),
+])
+def test_argument_errors_print_usage_and_exit_2(tmp_path: Path, args: list[str],
+                                                message: str) -> None:
+    out = fastreplay_cmd(*args, cwd=tmp_path)
+    assert out.returncode == 2
+    assert "usage: fastreplay" in out.stderr
+    assert message in out.stderr
+    assert out.stdout == ""
+
+
+def test_console_script_is_declared() -> None:
+    scripts = {e.name: e.value for e in importlib.metadata.entry_points(
+        group="console_scripts")}
+    if "fastreplay" not in scripts:
+        pytest.skip("fastreplay is not installed (run from a checkout on PYTHONPATH)")
+    assert scripts["fastreplay"] == "fastreplay.cli:main"
