@@ -15,6 +15,7 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
 from fastreplay import (  # Reverb's module names
     checkpointers,
     item_selectors,
+    structured_writer,
     trajectory_writer,
 )
 from fastreplay._core import ChunkStore
@@ -27,7 +28,10 @@ from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.server import Server
 from fastreplay.table import Table, TableInfo
 from fastreplay.vector_writer import VectorTrajectoryWriter
+from fastreplay.structured_writer import StructuredWriter
 from fastreplay.writer import TrajectoryWriter
+
+structured = structured_writer  # Reverb's alias (``reverb.structured``)
 
 __all__ = [
     "AutoTunedChunkerOptions",
@@ -42,6 +46,7 @@ __all__ = [
     "SampleDataset",
     "SampleInfoBatch",
     "Server",
+    "StructuredWriter",
     "Table",
     "TableInfo",
     "TrajectoryColumn",
@@ -54,5 +59,7 @@ __all__ = [
     "item_selectors",
     "rate_limiters",
     "selectors",
+    "structured",
+    "structured_writer",
     "trajectory_writer",
 ]

@@ -9,13 +9,13 @@ gathered in C without the GIL) and ``dataset`` (a prefetching iterator).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _nest, errors
+from fastreplay import _nest, errors, structured_writer
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
 from fastreplay.server import Server, lookup
 from fastreplay.table import Table, TableInfo
@@ -87,6 +87,17 @@ class Client:
         return TrajectoryWriter(self._server._tables, num_keep_alive_refs,
                                 validate_items=validate_items,
                                 chunk_store=self._server.chunk_store)
+
+    def structured_writer(self, configs: Sequence[structured_writer.Config]
+                          ) -> structured_writer.StructuredWriter:
+        """A StructuredWriter creating the items of ``configs`` in this
+        server's tables (each config gets its buffer-length condition).
+
+        Raises ValueError for no configs or an invalid one."""
+        if not configs:
+            raise ValueError("At least one config must be provided.")
+        return structured_writer.StructuredWriter(
+            self._server._tables, configs, chunk_store=self._server.chunk_store)
 
     def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
         """Insert ``data`` (a nest of one step) as one item into each table

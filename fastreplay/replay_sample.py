@@ -50,7 +50,7 @@ class SampleInfoBatch(NamedTuple):
     priority: npt.NDArray[np.float64]
     times_sampled: npt.NDArray[np.int64]
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:  # type: ignore[override, unused-ignore]
         return int(self.key.shape[0])
 
     def weights(self, beta: float) -> npt.NDArray[np.float64]:

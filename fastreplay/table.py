@@ -410,7 +410,7 @@ class Table:
     def items(self) -> np.ndarray:
         """Structured array of every item in insertion order (key, priority,
         times_sampled, inserted_seq, payload)."""
-        return self._core.items()  # type: ignore[no-any-return]
+        return self._core.items()  # type: ignore[no-any-return, unused-ignore]
 
     def reset(self) -> None:
         """Delete every item and zero the rate-limiter counters."""
