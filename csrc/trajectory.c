@@ -107,11 +107,23 @@ static const unsigned char *cached_rows(const fr_chunk *c, void *cache,
     return slot;
 }
 
+/* Prefetch the first rows of column col of t when they are stored raw. */
+static inline void prefetch_rows(const fr_trajectory *t, int32_t col) {
+    const fr_traj_column *c = &t->columns[col];
+    if (c->n_slices <= 0) return;
+    const fr_slice *s = &t->slices[c->first_slice];
+    if (!s->chunk->compressed)
+        __builtin_prefetch(s->chunk->data + (int64_t)s->offset * s->chunk->row_bytes);
+}
+
 int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
                            void *out, int64_t item_stride, void *cache,
                            int64_t cache_bytes_each, int32_t cache_slots) {
     unsigned char *base = out;
+    enum { AHEAD = 8 }; /* rows are random reads: keep several in flight */
+    for (int64_t b = 0; b < n && b < AHEAD; b++) prefetch_rows(ts[b], col);
     for (int64_t b = 0; b < n; b++) {
+        if (b + AHEAD < n) prefetch_rows(ts[b + AHEAD], col);
         const fr_traj_column *c = &ts[b]->columns[col];
         unsigned char *dst = base + b * item_stride;
         for (int32_t i = 0; i < c->n_slices; i++) {
