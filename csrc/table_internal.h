@@ -13,6 +13,7 @@ typedef struct fr_async_insert {
     double priority;
     uint64_t payload;
     fr_sync *sync;
+    int64_t stalled_since; /* when the rate limiter first held it back, or 0 */
 } fr_async_insert;
 
 struct fr_table {

@@ -1763,3 +1763,20 @@ def test_cached_flat_trajectory_keys_can_later_hold_a_nest() -> None:
         w.create_item("t", 1.0, {"x": 5, "y": h["b"][-1]})
     w.flush()
     assert [len(d) for d in read_all(table)] == [2, 3]
+
+
+def test_writer_inserts_held_by_the_rate_limiter_count_as_insert_stalls() -> None:
+    """Regression: items queued by writers while the limiter refuses them were
+    never counted in the table's insert stall statistics."""
+    table, writer = blocked_queue_writer(3)
+    with pytest.raises(DeadlineExceededError):
+        writer.flush(timeout_ms=50)
+    assert table.info.rate_limiter_info.insert_stats.blocked == 2
+    time.sleep(0.02)
+    table.sample(1)  # lets the held items in, one per sample
+    table.sample(1)
+    writer.flush(timeout_ms=5000)
+    stats = table.info.rate_limiter_info.insert_stats
+    assert stats.completed == 3
+    assert stats.blocked == 2
+    assert stats.stall_seconds >= 0.04
