@@ -19,6 +19,13 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
   and rewards are made up front, so data generation is not timed.  Random data
   does not compress, so reverb's chunk compression does work for nothing; real
   frames would compress better.
+* ``reverb_structured``: the StructuredWriter workload of
+  ``workloads.StructuredWorkload`` on dm-reverb: the same steps, table and
+  loop (a length-10 item per step once 10 steps of the episode exist,
+  ``flush()`` every 100 steps, ``end_episode()`` every 1,000), the items made
+  by ``client.structured_writer([config])`` with the config
+  ``{k: ref[k][-10:]}`` (``via="structured"``) or by a TrajectoryWriter's
+  ``create_item`` over ``history[k][-10:]`` (``via="trajectory"``).
 * ``reverb_sample``: a ``Uniform`` table (``Fifo`` remover, ``MinSize(1)``) of
   ``table_size`` length-``item_length`` items over float32[8] observations,
   filled by the same writer loop (``fill_seconds``).  The table has a
@@ -138,6 +145,50 @@ class ReverbWriter(_Peer):
         super().close()
 
 
+class ReverbStructured(_Peer):
+    """StructuredWriter workload; see the module docstring."""
+
+    def __init__(self, reverb: Any, steps: _Steps, via: str, flush_every: int,
+                 episode_steps: int) -> None:
+        super().__init__(reverb, reverb.Table(
+            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
+            1_000_000, reverb.rate_limiters.MinSize(1)))
+        self.steps, self.via = steps, via
+        self.flush_every, self.episode_steps = flush_every, episode_steps
+        length = steps.item_length
+        if via == "structured":
+            sw = reverb.structured_writer
+            ref = sw.create_reference_step(steps.data[0])
+            config = sw.create_config({k: ref[k][-length:] for k in steps.keys},
+                                      TABLE)
+            self.writer = self.client.structured_writer([config])
+        else:
+            self.writer = self.client.trajectory_writer(num_keep_alive_refs=length)
+
+    def run(self, n_steps: int) -> None:
+        """Append ``n_steps`` steps, creating items as described."""
+        w, s = self.writer, self.steps
+        data, keys, length = s.data, s.keys, s.item_length
+        items = self.via == "trajectory"
+        for _ in range(n_steps):
+            w.append(data[s.total % len(data)])
+            if items and w.episode_steps >= length:
+                h = w.history
+                w.create_item(TABLE, 1.0, {k: h[k][-length:] for k in keys})
+            s.total += 1
+            if s.total % self.episode_steps == 0:
+                w.end_episode()
+            elif s.total % self.flush_every == 0:
+                w.flush()
+        w.flush()
+
+    def close(self) -> None:
+        if self.via == "trajectory":
+            self.writer.close()  # reverb's StructuredWriter has no close()
+        self.writer = None
+        super().close()
+
+
 class ReverbSampler(_Peer):
     """Sampling workload over a filled Uniform table; see the module docstring."""
 
@@ -200,6 +251,27 @@ def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32
         return ReverbWriter(reverb, data)
 
     return _guard("reverb_writer", build)
+
+
+def reverb_structured(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
+                      via: Literal["structured", "trajectory"] = "structured",
+                      steps: int = 64, item_length: int = 10, flush_every: int = 100,
+                      episode_steps: int = EPISODE_STEPS, seed: int = 0,
+                      frames: list[np.ndarray] | None = None
+                      ) -> ReverbStructured | None:
+    """StructuredWriter workload, ``via`` "structured" or "trajectory", over
+    ``steps`` precomputed steps reused cyclically (``frames`` supplies the
+    observations instead of random data); see the module docstring."""
+    if via not in ("structured", "trajectory"):
+        raise ValueError(f"via must be 'structured' or 'trajectory', not {via!r}")
+
+    def build() -> ReverbStructured:
+        import reverb
+
+        data = _Steps(obs_shape, obs_dtype, steps, item_length, seed, frames)
+        return ReverbStructured(reverb, data, via, flush_every, episode_steps)
+
+    return _guard(f"reverb_structured_{via}", build)
 
 
 def reverb_sample(table_size: int = 100_000, batch: int = 256, item_length: int = 5,
