@@ -25,7 +25,12 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
   ``flush()`` every 100 steps, ``end_episode()`` every 1,000), the items made
   by ``client.structured_writer([config])`` with the config
   ``{k: ref[k][-10:]}`` (``via="structured"``) or by a TrajectoryWriter's
-  ``create_item`` over ``history[k][-10:]`` (``via="trajectory"``).
+  ``create_item`` over ``history[k][-10:]`` (``via="trajectory"``).  With a
+  flush only every 100 steps reverb's C++ writer logs "The number of pending
+  items is alarmingly high" to stderr about every 10 items (absl raw
+  logging, which no environment variable silences); ``run`` sends file
+  descriptor 2 to a temporary file meanwhile and keeps the count and the
+  last line in ``suppressed_lines`` and ``last_suppressed``.
 * ``reverb_sample``: a ``Uniform`` table (``Fifo`` remover, ``MinSize(1)``) of
   ``table_size`` length-``item_length`` items over float32[8] observations,
   filled by the same writer loop (``fill_seconds``).  The table has a
@@ -42,6 +47,9 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -105,6 +113,22 @@ class _Steps:
         return items
 
 
+@contextlib.contextmanager
+def _native_stderr_to(path: str) -> Iterator[None]:
+    """Send file descriptor 2 (where C++ code logs) to ``path`` meanwhile."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
 class _Peer:
     """A reverb.Server with one table plus a client connected over localhost."""
 
@@ -155,6 +179,7 @@ class ReverbStructured(_Peer):
             1_000_000, reverb.rate_limiters.MinSize(1)))
         self.steps, self.via = steps, via
         self.flush_every, self.episode_steps = flush_every, episode_steps
+        self.suppressed_lines, self.last_suppressed = 0, ""
         length = steps.item_length
         if via == "structured":
             sw = reverb.structured_writer
@@ -166,7 +191,18 @@ class ReverbStructured(_Peer):
             self.writer = self.client.trajectory_writer(num_keep_alive_refs=length)
 
     def run(self, n_steps: int) -> None:
-        """Append ``n_steps`` steps, creating items as described."""
+        """Append ``n_steps`` steps, creating items as described (reverb's
+        stderr logging goes to a temporary file meanwhile)."""
+        log = os.path.join(self._tmp.name, "stderr.log")
+        with _native_stderr_to(log):
+            self._run(n_steps)
+        with open(log, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+        os.remove(log)
+        self.suppressed_lines += len(lines)
+        self.last_suppressed = lines[-1] if lines else self.last_suppressed
+
+    def _run(self, n_steps: int) -> None:
         w, s = self.writer, self.steps
         data, keys, length = s.data, s.keys, s.item_length
         items = self.via == "trajectory"
