@@ -19,6 +19,18 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
   and rewards are made up front, so data generation is not timed.  Random data
   does not compress, so reverb's chunk compression does work for nothing; real
   frames would compress better.
+* ``reverb_structured``: the StructuredWriter workload of
+  ``workloads.StructuredWorkload`` on dm-reverb: the same steps, table and
+  loop (a length-10 item per step once 10 steps of the episode exist,
+  ``flush()`` every 100 steps, ``end_episode()`` every 1,000), the items made
+  by ``client.structured_writer([config])`` with the config
+  ``{k: ref[k][-10:]}`` (``via="structured"``) or by a TrajectoryWriter's
+  ``create_item`` over ``history[k][-10:]`` (``via="trajectory"``).  With a
+  flush only every 100 steps reverb's C++ writer logs "The number of pending
+  items is alarmingly high" to stderr about every 10 items (absl raw
+  logging, which no environment variable silences); ``run`` sends file
+  descriptor 2 to a temporary file meanwhile and keeps the count and the
+  last line in ``suppressed_lines`` and ``last_suppressed``.
 * ``reverb_sample``: a ``Uniform`` table (``Fifo`` remover, ``MinSize(1)``) of
   ``table_size`` length-``item_length`` items over float32[8] observations,
   filled by the same writer loop (``fill_seconds``).  The table has a
@@ -35,6 +47,9 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -98,6 +113,22 @@ class _Steps:
         return items
 
 
+@contextlib.contextmanager
+def _native_stderr_to(path: str) -> Iterator[None]:
+    """Send file descriptor 2 (where C++ code logs) to ``path`` meanwhile."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
 class _Peer:
     """A reverb.Server with one table plus a client connected over localhost."""
 
@@ -135,6 +166,62 @@ class ReverbWriter(_Peer):
 
     def close(self) -> None:
         self.writer.close()
+        super().close()
+
+
+class ReverbStructured(_Peer):
+    """StructuredWriter workload; see the module docstring."""
+
+    def __init__(self, reverb: Any, steps: _Steps, via: str, flush_every: int,
+                 episode_steps: int) -> None:
+        super().__init__(reverb, reverb.Table(
+            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
+            1_000_000, reverb.rate_limiters.MinSize(1)))
+        self.steps, self.via = steps, via
+        self.flush_every, self.episode_steps = flush_every, episode_steps
+        self.suppressed_lines, self.last_suppressed = 0, ""
+        length = steps.item_length
+        if via == "structured":
+            sw = reverb.structured_writer
+            ref = sw.create_reference_step(steps.data[0])
+            config = sw.create_config({k: ref[k][-length:] for k in steps.keys},
+                                      TABLE)
+            self.writer = self.client.structured_writer([config])
+        else:
+            self.writer = self.client.trajectory_writer(num_keep_alive_refs=length)
+
+    def run(self, n_steps: int) -> None:
+        """Append ``n_steps`` steps, creating items as described (reverb's
+        stderr logging goes to a temporary file meanwhile)."""
+        log = os.path.join(self._tmp.name, "stderr.log")
+        with _native_stderr_to(log):
+            self._run(n_steps)
+        with open(log, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+        os.remove(log)
+        self.suppressed_lines += len(lines)
+        self.last_suppressed = lines[-1] if lines else self.last_suppressed
+
+    def _run(self, n_steps: int) -> None:
+        w, s = self.writer, self.steps
+        data, keys, length = s.data, s.keys, s.item_length
+        items = self.via == "trajectory"
+        for _ in range(n_steps):
+            w.append(data[s.total % len(data)])
+            if items and w.episode_steps >= length:
+                h = w.history
+                w.create_item(TABLE, 1.0, {k: h[k][-length:] for k in keys})
+            s.total += 1
+            if s.total % self.episode_steps == 0:
+                w.end_episode()
+            elif s.total % self.flush_every == 0:
+                w.flush()
+        w.flush()
+
+    def close(self) -> None:
+        if self.via == "trajectory":
+            self.writer.close()  # reverb's StructuredWriter has no close()
+        self.writer = None
         super().close()
 
 
@@ -200,6 +287,27 @@ def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32
         return ReverbWriter(reverb, data)
 
     return _guard("reverb_writer", build)
+
+
+def reverb_structured(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
+                      via: Literal["structured", "trajectory"] = "structured",
+                      steps: int = 64, item_length: int = 10, flush_every: int = 100,
+                      episode_steps: int = EPISODE_STEPS, seed: int = 0,
+                      frames: list[np.ndarray] | None = None
+                      ) -> ReverbStructured | None:
+    """StructuredWriter workload, ``via`` "structured" or "trajectory", over
+    ``steps`` precomputed steps reused cyclically (``frames`` supplies the
+    observations instead of random data); see the module docstring."""
+    if via not in ("structured", "trajectory"):
+        raise ValueError(f"via must be 'structured' or 'trajectory', not {via!r}")
+
+    def build() -> ReverbStructured:
+        import reverb
+
+        data = _Steps(obs_shape, obs_dtype, steps, item_length, seed, frames)
+        return ReverbStructured(reverb, data, via, flush_every, episode_steps)
+
+    return _guard(f"reverb_structured_{via}", build)
 
 
 def reverb_sample(table_size: int = 100_000, batch: int = 256, item_length: int = 5,

@@ -40,6 +40,8 @@ class Config:
     thread_steps: int  # steps per writer thread
     thread_rounds: int
     threads: tuple[int, ...]
+    structured_steps: int = 5000  # steps per round of the structured workloads
+    structured_rounds: int = 9
 
 
 FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
@@ -48,13 +50,15 @@ FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
               threads=(1, 2, 4))
 QUICK = Config(capacity=10_000, rounds=3, inner=5, writer_steps=200, writer_rounds=2,
                sample_table=2_000, sample_batches=2, memory_steps=300,
-               thread_steps=300, thread_rounds=1, threads=(1, 2))
+               thread_steps=300, thread_rounds=1, threads=(1, 2),
+               structured_steps=300, structured_rounds=2)
 
 
 @dataclasses.dataclass
 class Result:
     """One measured row.  ``median`` is in ``unit`` per ``per`` (e.g. seconds
-    per 1000 steps); ``kind`` is "fastreplay", "peer" or "reference"."""
+    per 1000 steps); ``kind`` is "fastreplay", "variant" (another fastreplay
+    API doing the baseline's work; it gets a ratio), "peer" or "reference"."""
 
     workload: str
     library: str
@@ -253,6 +257,50 @@ def _writer_name(atari: bool, flush: bool) -> str:
     return "writer-" + ("atari" if atari else "small") + ("-flush5" if flush else "")
 
 
+def _structured(atari: bool) -> Callable[[Config, _Recorder], None]:
+    def measure(cfg: Config, rec: _Recorder) -> None:
+        name = _structured_name(atari)
+        obs = workloads.ATARI_OBS if atari else workloads.SMALL_OBS
+        steps, rounds = cfg.structured_steps, cfg.structured_rounds
+        scale, per = 1000 / steps, "1000 steps"
+        for via, variant, baseline in (
+                ("structured", "StructuredWriter", True),
+                ("trajectory", "TrajectoryWriter (same items)", False)):
+            w = workloads.StructuredWorkload(obs, via)
+            try:
+                rec.time(name, "fastreplay", variant, partial(w.run, steps), rounds,
+                         scale=scale, per=per, baseline=baseline,
+                         kind="fastreplay" if baseline else "variant")
+            finally:
+                w.close()
+        from fastreplay.bench import reverb_peer
+
+        frames = [d["observation"] for d in workloads.step_data(obs)]
+        vias: tuple[tuple[Literal["structured", "trajectory"], str], ...] = (
+            ("structured", "StructuredWriter"),
+            ("trajectory", "TrajectoryWriter (same items)"))
+        for via, variant in vias:
+            p = rec.peer(name, "dm-reverb", partial(
+                reverb_peer.reverb_structured, obs[0], obs[1], via, frames=frames),
+                f"reverb_structured_{via}")
+            if p is not None:
+                try:
+                    rec.time(name, "dm-reverb", variant, partial(p.run, steps), rounds,
+                             scale=scale, per=per, kind="peer")
+                finally:
+                    p.close()
+                if p.suppressed_lines:  # "pending items is alarmingly high"
+                    rec.log.write(f"  {'':<10} ({p.suppressed_lines} lines of reverb"
+                                  f" stderr hidden: {p.last_suppressed[:90]})\n")
+            del p
+
+    return measure
+
+
+def _structured_name(atari: bool) -> str:
+    return "structured-" + ("atari" if atari else "small")
+
+
 def _sample_batch(cfg: Config, rec: _Recorder) -> None:
     name, batches = "sample_batch", cfg.sample_batches
     w = workloads.SampleBatchWorkload(cfg.sample_table)
@@ -315,6 +363,11 @@ WORKLOADS = [
                + (", flush(5) after each item" if f else ""),
                ("dm-reverb",), _writer(a, f))
       for f in (False, True) for a in (False, True)],
+    *[Workload(_structured_name(a), "StructuredWriter: {observation: "
+               + ("uint8[84,84,4] frames" if a else "float32[8]")
+               + ", action, reward}, one length-10 pattern item per step, "
+               "flush() every 100 steps", ("dm-reverb",), _structured(a))
+      for a in (False, True)],
     Workload("sample_batch", "Batches of 256 length-5 items of small steps from "
              "a 100k-item Uniform table", ("dm-reverb",), _sample_batch),
     Workload("memory", "Bytes per stored step, overlapping length-5 items of "
@@ -449,7 +502,8 @@ def plot(runs: Sequence[Run], path: str) -> None:
     for i, r in enumerate(rows):
         ax.text(r.ratio or 0, i, f" {r.ratio:.1f}x", va="center", fontsize=7)
     ax.set_xlabel("peer median / fastreplay median (higher: fastreplay faster or "
-                  "smaller; grey: uncompressed payload)", fontsize=8)
+                  "smaller; grey: other fastreplay APIs, uncompressed payload)",
+                  fontsize=8)
     commits = sorted({str(run.context.get("commit")) for run in runs})
     sizes = "quick" if any(run.quick for run in runs) else "full"
     ax.set_title(f"fastreplay bench ({sizes} sizes, commit {', '.join(commits)})",

@@ -146,6 +146,93 @@ class WriterWorkload:
         w.flush()
 
 
+# ----- StructuredWriter workload (issue 5) -----
+
+PATTERN_LENGTH = 10
+FLUSH_EVERY = 100
+EPISODE_STEPS = 1000
+
+
+def step_data(obs: tuple[tuple[int, ...], Any], num_steps: int = 64, seed: int = 0
+              ) -> list[dict[str, Any]]:
+    """``num_steps`` steps ``{observation, action: int32, reward: float32}``
+    made up front (numpy scalars for action and reward, as an environment
+    loop gives them), so data generation is not timed; Atari observations
+    are ``atari_frames``, others standard normal."""
+    shape, dtype = obs
+    rng = np.random.default_rng(seed)
+    if dtype == np.uint8 and shape == ATARI_OBS[0]:
+        observations = atari_frames(num_steps, seed)
+    else:
+        observations = [rng.standard_normal(shape).astype(dtype)
+                        for _ in range(num_steps)]
+    actions = rng.integers(0, 18, num_steps, dtype=np.int32)
+    rewards = rng.standard_normal(num_steps).astype(np.float32)
+    return [{"observation": o, "action": a, "reward": r}
+            for o, a, r in zip(observations, actions, rewards, strict=True)]
+
+
+class StructuredWorkload:
+    """Steps ``{observation, action, reward}`` into a Prioritized(0.6) table
+    (Fifo remover, max size 1e6, MinSize(1)) with one length-10 item over
+    every field per step once 10 steps of the episode exist, ``flush()``
+    every 100 steps and ``end_episode()`` every 1,000 steps (both counted
+    across runs); ``run`` ends with ``flush()``.
+
+    ``via="structured"``: a StructuredWriter with one config
+    ``{k: ref[k][-10:]}`` creates the items.  ``via="trajectory"``: a
+    TrajectoryWriter(num_keep_alive_refs=10) creates the same items with
+    ``create_item`` over ``history[k][-10:]``.  Steps are ``step_data``,
+    reused cyclically.  ``reverb_peer.reverb_structured`` is the same loop
+    on dm-reverb.
+    """
+
+    def __init__(self, obs: tuple[tuple[int, ...], Any], via: str = "structured",
+                 num_steps: int = 64, length: int = PATTERN_LENGTH,
+                 chunk_store: fastreplay.ChunkStore | None = None) -> None:
+        if via not in ("structured", "trajectory"):
+            raise ValueError(f"via must be 'structured' or 'trajectory', not {via!r}")
+        self.data = step_data(obs, num_steps)
+        self.keys = tuple(self.data[0])
+        self.length = length
+        self.via = via
+        self.table = fastreplay.Table(
+            "bench", selectors.Prioritized(0.6), selectors.Fifo(), 1_000_000,
+            rate_limiters.MinSize(1),
+        )
+        store = fastreplay.ChunkStore() if chunk_store is None else chunk_store
+        self.writer: Any
+        if via == "structured":
+            from fastreplay import structured_writer as sw
+
+            ref = sw.create_reference_step(self.data[0])
+            config = sw.create_config({k: ref[k][-length:] for k in self.keys},
+                                      "bench")
+            self.writer = sw.StructuredWriter(self.table, [config], chunk_store=store)
+        else:
+            self.writer = fastreplay.TrajectoryWriter(self.table, length,
+                                                      chunk_store=store)
+        self.steps = 0  # appended so far, across runs
+
+    def run(self, n_steps: int) -> None:
+        w, data, keys, length = self.writer, self.data, self.keys, self.length
+        items = self.via == "trajectory"
+        for _ in range(n_steps):
+            w.append(data[self.steps % len(data)])
+            if items and w.episode_steps >= length:
+                h = w.history
+                w.create_item("bench", 1.0, {k: h[k][-length:] for k in keys})
+            self.steps += 1
+            if self.steps % EPISODE_STEPS == 0:
+                w.end_episode()
+            elif self.steps % FLUSH_EVERY == 0:
+                w.flush()
+        w.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 # ----- client workloads (issue 4): ReplayBuffer and sample_batch -----
 
 
