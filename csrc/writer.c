@@ -245,6 +245,23 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
     return FR_OK;
 }
 
+/* Slices the item's trajectory needs: runs of consecutive rows of one chunk
+ * merge (as fr_trajectory_push_row does), so items stay small. */
+static int32_t count_slices(fr_writer *w, int32_t n_columns, const int32_t *lens,
+                            const int32_t *cols, const int64_t *ids) {
+    int32_t n = 0;
+    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
+        const fr_cell *prev = NULL;
+        for (int32_t k = at; k < at + lens[c]; k++) {
+            const fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
+            n += !prev || prev->chunk != cell->chunk ||
+                 prev->offset + 1 != cell->offset;
+            prev = cell;
+        }
+    }
+    return n;
+}
+
 static int q_push(fr_writer *w, fr_pending_item it) {
     if (w->q_len == w->q_cap) {
         int64_t cap = w->q_cap ? w->q_cap * 2 : 16;
@@ -283,7 +300,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
                           malloc((size_t)total * sizeof(int32_t)),
                           malloc((size_t)total * sizeof(int64_t))};
-    it.traj = fr_trajectory_new(n_columns, total);
+    it.traj = fr_trajectory_new(n_columns, count_slices(w, n_columns, lens, cols, ids));
     if (!it.cols || !it.ids || !it.traj) goto oom;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
     memcpy(it.ids, ids, (size_t)total * sizeof *ids);
