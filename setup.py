@@ -36,7 +36,8 @@ if sys.platform != "win32":
 core = Extension(
     "fastreplay._core",
     sources=["fastreplay/_core.pyx", *sorted(glob.glob("csrc/*.c"))],
-    depends=[*glob.glob("csrc/*.h"), "fastreplay/_csrc.pxd", *glob.glob("fastreplay/*.pxi")],
+    depends=[*glob.glob("csrc/*.h"), "fastreplay/_csrc.pxd",
+             *glob.glob("fastreplay/*.pxi")],
     include_dirs=["csrc"],
     extra_compile_args=compile_args,
     extra_link_args=link_args,

@@ -26,9 +26,9 @@ from fastreplay.history import TrajectoryColumn, WeakCellRef
 from fastreplay.replay_buffer import ReplayBuffer
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.server import Server
+from fastreplay.structured_writer import StructuredWriter
 from fastreplay.table import Table, TableInfo
 from fastreplay.vector_writer import VectorTrajectoryWriter
-from fastreplay.structured_writer import StructuredWriter
 from fastreplay.writer import TrajectoryWriter
 
 structured = structured_writer  # Reverb's alias (``reverb.structured``)

@@ -31,7 +31,7 @@ def items(node: Any) -> list[tuple[Any, Any]]:
             keys = list(node)
         return [(k, node[k]) for k in keys]
     if is_namedtuple(node):
-        return list(zip(type(node)._fields, node))
+        return list(zip(type(node)._fields, node, strict=False))
     return list(enumerate(node))
 
 
@@ -114,7 +114,8 @@ def union(a: Any, b: Any, where: Path = ()) -> Any:
         if i < len(a) and i < len(b):
             merged.append((i, union(a[i], b[i], where + (i,))))
         else:
-            merged.append((i, map_structure(lambda _: None, a[i] if i < len(a) else b[i])))
+            rest = a[i] if i < len(a) else b[i]
+            merged.append((i, map_structure(lambda _: None, rest)))
     if is_namedtuple(a):
         return type(a)(*[v for _, v in merged])
     return rebuild(a, merged)

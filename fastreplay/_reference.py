@@ -206,7 +206,7 @@ class ReferenceTable:
         """Insert in order until the limiter refuses; returns the count."""
         self._validate(priorities)
         done = 0
-        for key, priority in zip(keys, priorities):
+        for key, priority in zip(keys, priorities, strict=False):
             if not self.can_insert(1):
                 break
             self._insert_one(key, priority)

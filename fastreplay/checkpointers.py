@@ -37,8 +37,10 @@ __all__ = [
 
 FORMAT = "fastreplay-checkpoint"
 VERSION = 1
-_CHUNK = struct.Struct("<QQQqqqiiq")  # id key episode first last row_bytes n_rows compressed stored
-_ITEM = struct.Struct("<QdqI")  # key priority times_sampled n_columns (0xFFFFFFFF: no data)
+# id key episode first last row_bytes n_rows compressed stored
+_CHUNK = struct.Struct("<QQQqqqiiq")
+# key priority times_sampled n_columns (0xFFFFFFFF: no data)
+_ITEM = struct.Struct("<QdqI")
 _COLUMN = struct.Struct("<IBI")  # spec index, squeeze, n_slices
 _SLICE = struct.Struct("<Qii")  # chunk id, offset, length
 _NO_DATA = 0xFFFFFFFF
@@ -254,7 +256,8 @@ def _read_manifest(path: str) -> dict[str, Any]:
         with open(os.path.join(path, "manifest.json")) as f:
             manifest = json.load(f)
     except (OSError, ValueError) as exc:
-        raise errors.DataLossError(f"{path} is not a readable checkpoint: {exc}") from exc
+        raise errors.DataLossError(
+            f"{path} is not a readable checkpoint: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise errors.DataLossError(f"{path} is not a fastreplay checkpoint")
     if manifest.get("version") != VERSION:
@@ -326,7 +329,8 @@ def _read_items(path: str, entry: Mapping[str, Any], chunks: Mapping[int, Any]
     except (struct.error, IndexError) as exc:
         raise errors.DataLossError(f"{path}: corrupt item records ({exc})") from exc
     if at != len(data):
-        raise errors.DataLossError(f"{path}: {len(data) - at} unexpected trailing bytes")
+        raise errors.DataLossError(
+            f"{path}: {len(data) - at} unexpected trailing bytes")
     return items
 
 

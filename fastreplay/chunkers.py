@@ -28,7 +28,8 @@ class ConstantChunkerOptions:
     def __init__(self, max_chunk_length: int, num_keep_alive_refs: int) -> None:
         _check_keep_alive(num_keep_alive_refs)
         if max_chunk_length <= 0:
-            raise ValueError(f"max_chunk_length must be > 0 but got {max_chunk_length}.")
+            raise ValueError(
+                f"max_chunk_length must be > 0 but got {max_chunk_length}.")
         if num_keep_alive_refs < max_chunk_length:
             raise ValueError(
                 f"num_keep_alive_refs ({num_keep_alive_refs}) must be >= "

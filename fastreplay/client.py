@@ -260,8 +260,10 @@ class SampleDataset:
             need -= len(info)
         if len(parts) == 1:
             return parts[0]
-        info = SampleInfoBatch(*[np.concatenate(f) for f in zip(*[p[0] for p in parts])])
-        flat = [np.concatenate(cols) for cols in zip(*[_nest.flatten(p[1]) for p in parts])]
+        infos = zip(*[p[0] for p in parts], strict=True)
+        info = SampleInfoBatch(*[np.concatenate(f) for f in infos])
+        datas = zip(*[_nest.flatten(p[1]) for p in parts], strict=True)
+        flat = [np.concatenate(cols) for cols in datas]
         return info, _nest.unflatten_as(parts[0][1], flat)
 
     def _work(self) -> None:
@@ -297,7 +299,8 @@ class SampleDataset:
                 if self._stop.is_set():
                     raise StopIteration from None
                 continue
-            if isinstance(item, (errors.DeadlineExceededError, errors.TableClosedError)):
+            if isinstance(item, (errors.DeadlineExceededError,
+                                 errors.TableClosedError)):
                 self._done += 1
                 continue
             if isinstance(item, BaseException):

@@ -88,7 +88,7 @@ class ReplayBuffer:
         values = [np.asarray(transitions[k]) for k in names]
         specs = [(v.dtype, v.shape[1:]) for v in values]
         if self._specs is not None and specs != self._specs:
-            for name, got, want in zip(names, specs, self._specs):
+            for name, got, want in zip(names, specs, self._specs, strict=False):
                 if got != want:
                     raise ValueError(
                         f"field {name!r}: rows of dtype {got[0]} and shape {got[1]} "
@@ -129,7 +129,7 @@ class ReplayBuffer:
             batch_size, timeout
         )
         assert self._fields is not None
-        out = dict(zip(self._fields, columns))
+        out = dict(zip(self._fields, columns, strict=False))
         out["indexes"] = keys
         out["probabilities"] = probs
         if self._prioritized:

@@ -66,7 +66,7 @@ class _Columns(_core._ColumnsBase):
         return out
 
     def unflatten(self, flat: list[Any]) -> Any:
-        by_path = dict(zip(self.paths, flat))
+        by_path = dict(zip(self.paths, flat, strict=False))
         return _nest.map_structure_with_path(lambda p, _: by_path[p], self.structure)
 
 
@@ -373,12 +373,12 @@ def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
             f"has {len(columns)} columns but the table signature has {len(specs)} "
             "columns."
         )
-    for i, (column, spec) in enumerate(zip(columns, specs)):
+    for i, (column, spec) in enumerate(zip(columns, specs, strict=False)):
         want_dtype = np.dtype(getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
         want_shape = tuple(None if d is None else int(d) for d in spec.shape)
         got_shape = column.shape
         ok = column.dtype == want_dtype and len(got_shape) == len(want_shape) and all(
-            w is None or w == g for w, g in zip(want_shape, got_shape)
+            w is None or w == g for w, g in zip(want_shape, got_shape, strict=False)
         )
         if not ok:
             raise ValueError(

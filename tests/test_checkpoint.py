@@ -67,7 +67,8 @@ def snapshot(server: reverb.Server) -> dict[str, object]:
 
 
 def test_round_trip_restores_items_order_and_data(tmp_path) -> None:
-    server = reverb.Server(make_tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
+    server = reverb.Server(make_tables(),
+                           checkpointer=DefaultCheckpointer(str(tmp_path)))
     fill(server)
     before = snapshot(server)
     path = server.localhost_client().checkpoint()
@@ -90,7 +91,8 @@ def test_round_trip_restores_items_order_and_data(tmp_path) -> None:
 
 
 def test_counters_of_the_checkpoint_are_restored(tmp_path) -> None:
-    server = reverb.Server(make_tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
+    server = reverb.Server(make_tables(),
+                           checkpointer=DefaultCheckpointer(str(tmp_path)))
     fill(server)
     before = snapshot(server)
     server.localhost_client().checkpoint()
@@ -101,7 +103,8 @@ def test_counters_of_the_checkpoint_are_restored(tmp_path) -> None:
 
 
 def test_only_the_latest_complete_checkpoint_is_kept(tmp_path) -> None:
-    server = reverb.Server(make_tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
+    server = reverb.Server(make_tables(),
+                           checkpointer=DefaultCheckpointer(str(tmp_path)))
     fill(server)
     client = server.localhost_client()
     first = client.checkpoint()
@@ -118,7 +121,8 @@ def test_checkpoint_without_checkpointer_uses_a_temporary_directory() -> None:
 
 
 def _saved(tmp_path) -> str:
-    server = reverb.Server(make_tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
+    server = reverb.Server(make_tables(),
+                           checkpointer=DefaultCheckpointer(str(tmp_path)))
     fill(server)
     path = server.localhost_client().checkpoint()
     server.stop()
@@ -185,7 +189,8 @@ def test_restore_needs_empty_tables(tmp_path) -> None:
 
 
 def test_no_checkpoint_starts_empty(tmp_path) -> None:
-    server = reverb.Server(make_tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
+    server = reverb.Server(make_tables(),
+                           checkpointer=DefaultCheckpointer(str(tmp_path)))
     assert all(len(t) == 0 for t in server.tables.values())
 
 

@@ -839,7 +839,7 @@ class TestDataset:
     def test_yields_full_batches(self, client: Client) -> None:
         write_steps(client, "uniform", 10, 2)
         with client.dataset("uniform", 16, prefetch=2) as ds:
-            for _, (info, data) in zip(range(5), ds):
+            for _, (info, data) in zip(range(5), ds, strict=False):
                 assert len(info) == 16
                 assert data["a"].shape == (16, 2)
                 assert data["b"].shape == (16, 2, 2)
@@ -870,7 +870,7 @@ class TestDataset:
         for i in range(20):
             client.insert({"v": np.int64(i)}, {"uniform": 1.0})
         with client.dataset("uniform", 8, num_workers=2, prefetch=1) as ds:
-            for _, (info, data) in zip(range(6), ds):
+            for _, (info, data) in zip(range(6), ds, strict=False):
                 assert len(info) == 8 and data["v"].shape == (8, 1)
 
     def test_close_stops_promptly(self, client: Client) -> None:
@@ -1013,7 +1013,8 @@ class TestConcurrency:
                     client.update_priorities("stress", keys, prios)
                 else:
                     client.mutate_priorities("stress",
-                                             updates=dict(zip(keys, prios.tolist())))
+                                             updates=dict(zip(keys, prios.tolist(),
+                                                             strict=True)))
                 n += 1
             return n
 

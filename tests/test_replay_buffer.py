@@ -109,7 +109,7 @@ class TestAddAndSample:
         key_to_rid: dict[int, int] = {}
         for _ in range(10):
             out = buf.sample(64)
-            for key, rid in zip(out["indexes"], out["rid"]):
+            for key, rid in zip(out["indexes"], out["rid"], strict=False):
                 assert key_to_rid.setdefault(int(key), int(rid)) == int(rid)
         assert len(set(key_to_rid.values())) == len(key_to_rid)
 
@@ -351,7 +351,7 @@ def _probabilities_by_rid(buf: ReplayBuffer, draws: int = 4000) -> dict[int, flo
     out = buf.sample(draws)
     check_rows(out)
     probs: dict[int, float] = {}
-    for rid, p in zip(out["rid"], out["probabilities"]):
+    for rid, p in zip(out["rid"], out["probabilities"], strict=False):
         assert probs.setdefault(int(rid), float(p)) == float(p)
     return probs
 
@@ -477,5 +477,5 @@ class TestThreads:
         out = buf.sample(1000)
         check_rows(out)
         # Every key is unique across threads: indexes map to one row each.
-        pairs = set(zip(out["indexes"].tolist(), out["rid"].tolist()))
+        pairs = set(zip(out["indexes"].tolist(), out["rid"].tolist(), strict=False))
         assert len({k for k, _ in pairs}) == len(pairs)

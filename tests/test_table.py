@@ -375,7 +375,8 @@ class TestSample:
         table = make(sampler=sel.Prioritized(1.0), seed=5)
         table.insert_batch([1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0])
         batch = table.sample(2000)
-        for key, prob in zip(batch.key.tolist(), batch.probability.tolist()):
+        pairs = zip(batch.key.tolist(), batch.probability.tolist(), strict=True)
+        for key, prob in pairs:
             assert prob == pytest.approx(key / 10, rel=1e-12)
         counts = np.bincount(batch.key.astype(np.int64), minlength=5)[1:]
         assert counts / 2000 == pytest.approx([0.1, 0.2, 0.3, 0.4], abs=0.05)
@@ -552,7 +553,8 @@ class TestMutate:
         assert keys_of(table) == [1, 2]
         batch = table.sample(100)
         assert set(batch.key.tolist()) <= {1, 2}
-        for key, prob in zip(batch.key.tolist(), batch.probability.tolist()):
+        pairs = zip(batch.key.tolist(), batch.probability.tolist(), strict=True)
+        for key, prob in pairs:
             assert prob == pytest.approx({1: 2 / 3, 2: 1 / 3}[key])
 
     @pytest.mark.parametrize("bad", [math.nan, -0.5, math.inf])

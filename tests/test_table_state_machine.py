@@ -265,7 +265,7 @@ class TableMachine(RuleBasedStateMachine):
         ]
         want = self.ref.snapshot()
         assert [g[0] for g in got] == [w[0] for w in want], (got, want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=False):
             assert _same(g[1], w[1]) and g[2] == w[2], (got, want)
         assert len(self.table) == len(self.ref) <= self.ref.max_size
         if len(items) > 1:

@@ -76,7 +76,7 @@ def _stress(table: Table, seconds: float) -> None:
                     m = _DONE_RE.search(str(exc))
                     assert m is not None, str(exc)
                     done = int(m.group(1))
-                for k, p in zip(ks[:done], ps[:done]):
+                for k, p in zip(ks[:done], ps[:done], strict=False):
                     mine[k] = p
             elif op < 0.9:
                 # Update keys this thread wrote; absent ones are ignored.
@@ -85,8 +85,8 @@ def _stress(table: Table, seconds: float) -> None:
                 if rng.random() < 0.5:
                     table.update_priorities(ks, ps)
                 else:
-                    table.mutate_priorities(updates=dict(zip(ks, ps)))
-                for k, p in zip(ks, ps):
+                    table.mutate_priorities(updates=dict(zip(ks, ps, strict=False)))
+                for k, p in zip(ks, ps, strict=False):
                     # An update only lands on a present key; a key absent now
                     # stays absent until this thread re-inserts it, which
                     # overwrites this entry.
@@ -160,7 +160,7 @@ def _stress(table: Table, seconds: float) -> None:
         total = sum(weights.values())
         batch = table.sample(2000, timeout=0)
         assert len(batch) >= 1
-        for k, p in zip(batch.key.tolist(), batch.probability.tolist()):
+        for k, p in zip(batch.key.tolist(), batch.probability.tolist(), strict=False):
             assert 0 < p <= 1
             assert p == pytest.approx(weights[k] / total, rel=1e-9)
 

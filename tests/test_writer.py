@@ -77,7 +77,7 @@ def _get(nest: Any, path: tuple[Any, ...]) -> Any:
 
 def assert_data_equal(got: list[Any], want: list[Any]) -> None:
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         w = np.asarray(w)
         g = np.asarray(g)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
@@ -1395,7 +1395,7 @@ def test_items_of_length_1_5_and_squeezed_read_back_exactly(
     w.end_episode()
     got = read_all(table)
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=False):
         assert_data_equal(g, e)
 
 
@@ -1626,7 +1626,7 @@ def test_vector_writer_agrees_with_single_writers(chunker: Any) -> None:
     vec_items = read_all(vtable)
     assert len(vec_items) == len(order) == sum(len(s) for s in single_items)
     cursor = [0] * n
-    for e, item in zip(order, vec_items):
+    for e, item in zip(order, vec_items, strict=False):
         assert_data_equal(item, single_items[e][cursor[e]])
         cursor[e] += 1
 

@@ -296,7 +296,7 @@ class WriterMachine(RuleBasedStateMachine):
                 positions = [p % n for p in index]
             ids = [m.cell_at(name, p) for p in positions]
             states = [None if i is None else m.alive(name, i) for i in ids]
-            if any(i is None or s is False for i, s in zip(ids, states)):
+            if any(i is None or s is False for i, s in zip(ids, states, strict=False)):
                 try:
                     _ = history[name][index]
                 except ValueError as exc:
@@ -368,9 +368,9 @@ class WriterMachine(RuleBasedStateMachine):
         if want:
             got = [s.data for s in self.table.sample_items(len(want), timeout=5.0)]
             assert len(got) == len(want)
-            for g_item, w_item in zip(got, want):
+            for g_item, w_item in zip(got, want, strict=False):
                 assert len(g_item) == len(w_item)
-                for g, w in zip(g_item, w_item):
+                for g, w in zip(g_item, w_item, strict=False):
                     g = np.asarray(g)
                     assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
                     assert (g == w).all(), (g, w)
