@@ -55,10 +55,13 @@ int fr_should_compress(const fr_spec *spec) {
     return fr_codec_available() && spec->row_bytes >= FR_COMPRESS_MIN_ROW_BYTES;
 }
 
-void fr_column_set_spec(fr_column *c, const fr_spec *spec) {
+int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
+    c->ispec = fr_spec_intern(spec);
+    if (!c->ispec) return FR_ENOMEM;
     c->spec = *spec;
     c->has_spec = 1;
     c->compress = fr_should_compress(spec);
+    return FR_OK;
 }
 
 /* Capacity of the open-chunk buffer: the longest chunk the options allow. */

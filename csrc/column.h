@@ -52,6 +52,7 @@ typedef struct fr_cell {
 typedef struct fr_column {
     int has_spec;
     fr_spec spec;
+    const fr_spec *ispec; /* interned copy of spec, for items */
     int compress;
     fr_chunker_options opt;
     int32_t max_len; /* current max chunk length */
@@ -80,7 +81,7 @@ void fr_column_free(fr_column *c);
 int fr_should_compress(const fr_spec *spec);
 
 /* Set the spec on the first value; decides compression (rule in column.c). */
-void fr_column_set_spec(fr_column *c, const fr_spec *spec);
+int fr_column_set_spec(fr_column *c, const fr_spec *spec);
 
 /* Append one row (spec already checked) as cell `hpos` of episode
  * `episode_id`, step `step`; new chunks take keys from rng.  Finalizes the

@@ -22,9 +22,11 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     if (n_rows <= 0 || n_rows > INT32_MAX) return n_rows == 0 ? FR_OK : FR_EINVAL;
     int rc = FR_ENOMEM;
     fr_chunk **chunks = calloc((size_t)n_cols, sizeof *chunks);
+    const fr_spec **ispecs = calloc((size_t)n_cols, sizeof *ispecs);
     uint64_t *trajs = calloc((size_t)n_rows, sizeof *trajs);
-    if (!chunks || !trajs) goto out;
+    if (!chunks || !ispecs || !trajs) goto out;
     for (int32_t c = 0; c < n_cols; c++) {
+        if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
         chunks[c] = fr_chunk_new(store, chunk_key + (uint64_t)c, 0, specs[c].row_bytes);
         if (!chunks[c] ||
             fr_chunk_finalize(chunks[c], cols[c], (int32_t)n_rows, 0, n_rows - 1,
@@ -35,7 +37,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
         fr_trajectory *tr = fr_trajectory_new(n_cols, n_cols);
         if (!tr) goto out;
         for (int32_t c = 0; c < n_cols; c++) {
-            tr->columns[c].spec = specs[c];
+            tr->columns[c].spec = ispecs[c];
             tr->columns[c].squeeze = 1;
             fr_trajectory_push_row(tr, c, chunks[c], (int32_t)r);
         }
@@ -52,6 +54,7 @@ out:
         for (int32_t c = 0; c < n_cols; c++)
             if (chunks[c]) fr_chunk_release(chunks[c]);
     free(chunks);
+    free(ispecs);
     free(trajs);
     return rc;
 }

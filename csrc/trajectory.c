@@ -1,5 +1,6 @@
 #include "trajectory.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,55 @@ int fr_spec_equal(const fr_spec *a, const fr_spec *b) {
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return 0;
     return 1;
+}
+
+static pthread_mutex_t intern_mu = PTHREAD_MUTEX_INITIALIZER;
+static const fr_spec **interned; /* open addressing, power-of-2 capacity */
+static size_t n_interned, intern_cap;
+
+static size_t spec_hash(const fr_spec *s) {
+    uint64_t h = (uint64_t)s->dtype * 31u + (uint64_t)s->itemsize;
+    h = h * 131u + (uint64_t)s->ndim;
+    for (int i = 0; i < s->ndim; i++) h = h * 1000003u + (uint64_t)s->shape[i];
+    return (size_t)(h * 0x9e3779b97f4a7c15ULL >> 17);
+}
+
+static const fr_spec **intern_slot(const fr_spec **table, size_t cap,
+                                   const fr_spec *s) {
+    size_t i = spec_hash(s) & (cap - 1);
+    while (table[i] && !fr_spec_equal(table[i], s)) i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+const fr_spec *fr_spec_intern(const fr_spec *s) {
+    const fr_spec *out = NULL;
+    pthread_mutex_lock(&intern_mu);
+    if (2 * (n_interned + 1) > intern_cap) {
+        size_t cap = intern_cap ? 2 * intern_cap : 64;
+        const fr_spec **table = calloc(cap, sizeof *table);
+        if (!table) goto done;
+        for (size_t i = 0; i < intern_cap; i++)
+            if (interned[i]) *intern_slot(table, cap, interned[i]) = interned[i];
+        free(interned);
+        interned = table;
+        intern_cap = cap;
+    }
+    const fr_spec **slot = intern_slot(interned, intern_cap, s);
+    if (!*slot) {
+        fr_spec *copy = calloc(1, sizeof *copy);
+        if (!copy) goto done;
+        copy->dtype = s->dtype;
+        copy->itemsize = s->itemsize;
+        copy->ndim = s->ndim;
+        copy->row_bytes = s->row_bytes;
+        for (int i = 0; i < s->ndim; i++) copy->shape[i] = s->shape[i];
+        *slot = copy;
+        n_interned++;
+    }
+    out = *slot;
+done:
+    pthread_mutex_unlock(&intern_mu);
+    return out;
 }
 
 fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices) {

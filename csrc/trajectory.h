@@ -26,6 +26,12 @@ typedef struct fr_spec {
 /* 1 if a and b have the same dtype and shape. */
 int fr_spec_equal(const fr_spec *a, const fr_spec *b);
 
+/* The process-wide copy of a spec: equal specs get the same pointer, valid
+ * for the life of the process (there are few distinct specs), so items
+ * store 8 bytes per column and compare specs by pointer.  Thread-safe.
+ * NULL when out of memory. */
+const fr_spec *fr_spec_intern(const fr_spec *s);
+
 typedef struct fr_slice {
     fr_chunk *chunk;
     int32_t offset;
@@ -33,7 +39,7 @@ typedef struct fr_slice {
 } fr_slice;
 
 typedef struct fr_traj_column {
-    fr_spec spec;
+    const fr_spec *spec; /* interned (fr_spec_intern) */
     int32_t first_slice;
     int32_t n_slices;
     int32_t length; /* rows over all slices */

@@ -168,7 +168,8 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
     int64_t step = w->episode_steps;
     for (int32_t i = 0; i < n; i++) {
         fr_column *c = &w->cols[cols[i]];
-        if (!c->has_spec) fr_column_set_spec(c, &specs[i]);
+        if (!c->has_spec && (rc = fr_column_set_spec(c, &specs[i])) != FR_OK)
+            return rc;
         rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
@@ -307,7 +308,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         fr_traj_column *tc = &it.traj->columns[c];
         tc->squeeze = squeeze[c];
-        if (lens[c] > 0) tc->spec = w->cols[cols[at]].spec;
+        if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
         for (int32_t k = at; k < at + lens[c]; k++) {
             fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
             fr_trajectory_push_row(it.traj, c, cell->chunk, cell->offset);

@@ -75,7 +75,7 @@ def export_items(TableCore table) -> tuple:
                             fr_chunk_retain(s.chunk)
                             chunks[cid] = ChunkHandle.adopt(s.chunk)
                         slices.append((cid, s.offset, s.length))
-                    columns.append((_spec_tuple(&c.spec), bool(c.squeeze), slices))
+                    columns.append((_spec_tuple(c.spec), bool(c.squeeze), slices))
             items.append((buf[i].key, buf[i].priority, buf[i].times_sampled,
                           columns if t != NULL else None))
     finally:
@@ -120,19 +120,27 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
         raise MemoryError()
     cdef ChunkHandle h
     cdef fr_traj_column *c
+    cdef fr_spec sp
     cdef int32_t ci = 0, r
     try:
         for spec, squeeze, slices in columns:
             kind, itemsize, shape = spec
+            if len(shape) > FR_MAX_NDIM:
+                raise errors.DataLossError(f"item {key}: column {ci} has "
+                                           f"{len(shape)} dimensions")
             c = &t.columns[ci]
             c.squeeze = squeeze
-            c.spec.dtype = ord(kind)
-            c.spec.itemsize = itemsize
-            c.spec.ndim = len(shape)
-            c.spec.row_bytes = itemsize
+            memset(&sp, 0, sizeof(sp))
+            sp.dtype = ord(kind)
+            sp.itemsize = itemsize
+            sp.ndim = len(shape)
+            sp.row_bytes = itemsize
             for d in range(len(shape)):
-                c.spec.shape[d] = shape[d]
-                c.spec.row_bytes *= shape[d]
+                sp.shape[d] = shape[d]
+                sp.row_bytes *= shape[d]
+            c.spec = fr_spec_intern(&sp)
+            if c.spec == NULL:
+                raise MemoryError()
             for cid, offset, length in slices:
                 h = chunks[cid]
                 if (offset < 0 or length < 1 or offset + length > h._c.n_rows or

@@ -184,7 +184,7 @@ cdef extern from "trajectory.h" nogil:
         int64_t shape[16]
         int64_t row_bytes
     ctypedef struct fr_traj_column:
-        fr_spec spec
+        const fr_spec *spec
         int32_t first_slice
         int32_t n_slices
         int32_t length
@@ -210,6 +210,7 @@ cdef extern from "trajectory.h" nogil:
                                void *out, int64_t item_stride, void *cache,
                                int64_t cache_bytes_each, int32_t cache_slots)
     int fr_spec_equal(const fr_spec *a, const fr_spec *b)
+    const fr_spec *fr_spec_intern(const fr_spec *s)
     void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
 

@@ -37,7 +37,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
                              "numbers of columns; use sample() for such items")
         for c in range(n_cols):
             first, other = &ts[0].columns[c], &ts[b].columns[c]
-            if (not fr_spec_equal(&first.spec, &other.spec) or
+            if (first.spec != other.spec or
                     first.length != other.length or first.squeeze != other.squeeze):
                 raise ValueError(
                     f"Items sampled from table '{table}' differ in column {c} "
@@ -55,9 +55,9 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     cdef int rc = FR_OK
     for c in range(n_cols):
         first = &ts[0].columns[c]
-        shape = _shape_of(&first.spec)
+        shape = _shape_of(first.spec)
         out = np.empty((n,) + (() if first.squeeze else (first.length,)) + shape,
-                       dtype=_dtype_of(&first.spec))
+                       dtype=_dtype_of(first.spec))
         stride = out.nbytes // n
         if stride:
             ov = out.reshape(-1).view(np.uint8)
@@ -114,8 +114,8 @@ cdef class SampledTrajectory:
         out = []
         for i in range(self._t.n_columns):
             c = &self._t.columns[i]
-            shape = _shape_of(&c.spec)
-            arr = np.empty((c.length,) + shape, dtype=_dtype_of(&c.spec))
+            shape = _shape_of(c.spec)
+            arr = np.empty((c.length,) + shape, dtype=_dtype_of(c.spec))
             if arr.nbytes:
                 ov = arr.reshape(-1).view(np.uint8)
                 with nogil:
