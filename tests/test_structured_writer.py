@@ -281,16 +281,6 @@ def test_items_across_episodes(clear_buffers: bool, want: list[list[int]]) -> No
     assert lists(tables["t"]) == want
 
 
-def test_step_index_restarts_after_end_episode_without_clearing() -> None:
-    w, tables = writer([sw.create_config(REF["x"][-3:], "t", [C.step_index() >= 1])])
-    for _ in range(2):
-        for i in range(5):
-            w.append({"x": np.int64(i)})
-        w.end_episode(clear_buffers=False)
-    assert lists(tables["t"]) == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [4, 0, 1],
-                                  [0, 1, 2], [1, 2, 3], [2, 3, 4]]
-
-
 def test_missing_values_skip_only_the_slices_containing_them() -> None:
     xs = [0, 1, None, 3, 4, 5, 6]
     assert lists(run_x([sw.create_config(REF["x"][-3:], "t")], xs)["t"]) == [
@@ -417,6 +407,19 @@ def test_config_fires_once_its_field_arrives_and_at_most_once_per_step() -> None
         w.flush()
         assert [len(tables[n]) for n in "xyz"] == [1, 1, 1]
         assert [scalars(tables[n]) for n in "xyz"] == [[i], [10 + i], [i]]
+
+
+def test_end_episode_closes_an_open_step() -> None:
+    configs = [sw.create_config(REF_XY["x"][-2:], "end", [C.is_end_episode()]),
+               sw.create_config(REF_XY["x"][-1], "t")]
+    w, tables = writer(configs, "end", "t")
+    w.append({"x": np.int64(0), "y": np.int64(0)})
+    w.append({"x": np.int64(1), "y": None}, partial_step=True)
+    w.end_episode()
+    assert not w.step_is_open
+    w.append({"x": np.int64(2), "y": np.int64(0)})
+    w.flush()
+    assert lists(tables["end"]) == [[0, 1]] and scalars(tables["t"]) == [0, 1, 2]
 
 
 def test_step_index_counts_partial_steps_once() -> None:
@@ -574,6 +577,12 @@ def config(flat: list[PatternNode] | None = None, table: str = "t",
                   list(conditions))
 
 
+def cond(**kwargs: Any) -> Config:
+    """A config with one condition ``ConditionProto(**kwargs)``."""
+    return config(conditions=(ConditionProto(**kwargs),))
+
+
+END_EQ_1 = "Condition must use `eq=1` when using `is_end_episode`."
 BAD_CONFIGS = [
     (config(flat=[]), "`flat` must not be empty."),
     (config(table=""), "`table` must not be empty."),
@@ -590,24 +599,17 @@ BAD_CONFIGS = [
     (config([node(stop=-1, step=1)]), "`step` must only be set when `start` is set."),
     (config([node(start=-2, step=0)]), "`step` must be > 0 but got 0."),
     (config([node(start=-2, step=-1)]), "`step` must be > 0 but got -1."),
-    (config(conditions=(ConditionProto(eq=1),)),
-     "Conditions must specify a value for `left`."),
-    (config(conditions=(ConditionProto(step_index=True),)),
-     "Conditions must specify a value for `cmp`."),
-    (config(conditions=(ConditionProto(step_index=True, mod_eq=ModEq(0, 0)),)),
-     "`mod_eq.mod` must be > 0 but got 0."),
-    (config(conditions=(ConditionProto(step_index=True, mod_eq=ModEq(-2, 0)),)),
+    (cond(eq=1), "Conditions must specify a value for `left`."),
+    (cond(step_index=True), "Conditions must specify a value for `cmp`."),
+    (cond(step_index=True, mod_eq=ModEq(0, 0)), "`mod_eq.mod` must be > 0 but got 0."),
+    (cond(step_index=True, mod_eq=ModEq(-2, 0)),
      "`mod_eq.mod` must be > 0 but got -2."),
-    (config(conditions=(ConditionProto(step_index=True, mod_eq=ModEq(2, -1)),)),
+    (cond(step_index=True, mod_eq=ModEq(2, -1)),
      "`mod_eq.eq` must be >= 0 but got -1."),
-    (config(conditions=(ConditionProto(is_end_episode=True, eq=2),)),
-     "Condition must use `eq=1` when using `is_end_episode`."),
-    (config(conditions=(ConditionProto(is_end_episode=True, ge=1),)),
-     "Condition must use `eq=1` when using `is_end_episode`."),
-    (config(conditions=(ConditionProto(is_end_episode=True, eq=1, inverse=True),)),
-     "Condition must use `eq=1` when using `is_end_episode`."),
-    (config(conditions=(ConditionProto(flat_source_index=-1, eq=1),)),
-     "flat_source_index must be >= 0 but got -1."),
+    (cond(is_end_episode=True, eq=2), END_EQ_1),
+    (cond(is_end_episode=True, ge=1), END_EQ_1),
+    (cond(is_end_episode=True, eq=1, inverse=True), END_EQ_1),
+    (cond(flat_source_index=-1, eq=1), "flat_source_index must be >= 0 but got -1."),
 ]
 
 
@@ -657,14 +659,6 @@ def test_unknown_table_and_no_configs() -> None:
 # ----- patterns as data -----
 
 
-def test_reference_step_nodes() -> None:
-    assert REF["x"][-1] == PatternNode(0, None, -1, None)
-    assert REF_XY["y"][-3:] == PatternNode(1, -3, None, None)
-    assert REF_XY["y"][-5:-1:2] == PatternNode(1, -5, -1, 2)
-    with pytest.raises(ValueError, match="Key must be int or slice"):
-        REF["x"]["a"]
-
-
 def test_unpack_pattern_round_trips_and_pattern_from_transform() -> None:
     step = {"a": np.zeros(2), "b": (np.int32(0), {"c": np.float32(0)})}
 
@@ -679,6 +673,8 @@ def test_unpack_pattern_round_trips_and_pattern_from_transform() -> None:
     assert cfg.flat == _nest.flatten(pattern)
     assert cfg.flat == [PatternNode(1, -2, -1, None), PatternNode(0, None, -1, None),
                         PatternNode(0, None, -2, None), PatternNode(2, -3, None, 2)]
+    with pytest.raises(ValueError, match="Key must be int or slice"):
+        REF["x"]["a"]
 
 
 # ----- infer_signature -----
@@ -762,13 +758,16 @@ def test_infer_signature_rejects_inconsistent_configs(
 # ----- flush, end_episode, close -----
 
 
-def blocked_writer() -> tuple[StructuredWriter, Table]:
-    """A full queue of size 1 with two more items waiting."""
-    table = Table.queue("q", 1)
-    w = StructuredWriter([table], [sw.create_config(REF["x"][-1], "q")])
+def blocked_writer() -> tuple[StructuredWriter, Table, Table]:
+    """A full queue of size 1 with two more items waiting, and a table of
+    the steps with step_index 0."""
+    queue, first = Table.queue("q", 1), fifo("first")
+    w = StructuredWriter([queue, first], [
+        sw.create_config(REF["x"][-1], "q"),
+        sw.create_config(REF["x"][-1], "first", [C.step_index() == 0])])
     for i in range(3):
         w.append({"x": np.int64(i)})
-    return w, table
+    return w, queue, first
 
 
 def test_flush_rejects_negative_block_until_num_items() -> None:
@@ -780,15 +779,18 @@ def test_flush_rejects_negative_block_until_num_items() -> None:
         w.flush(-1)
 
 
-def test_flush_and_end_episode_time_out_on_a_full_queue() -> None:
-    w, table = blocked_writer()
+@pytest.mark.parametrize("timeout_ms", [0, 30])
+def test_flush_and_end_episode_time_out_on_a_full_queue(timeout_ms: int) -> None:
+    w, queue, first = blocked_writer()
     with pytest.raises(DeadlineExceededError, match="Flush call did not complete"):
-        w.flush(timeout_ms=30)
+        w.flush(timeout_ms=timeout_ms)
     with pytest.raises(DeadlineExceededError, match="End episode call did not"):
-        w.end_episode(timeout_ms=30)
-    got = [int(table.sample_items(1, timeout=5.0)[0].data[0]) for _ in range(3)]
-    assert got == [0, 1, 2]
+        w.end_episode(timeout_ms=timeout_ms)
+    w.append({"x": np.int64(3)})  # the episode ended nevertheless: step_index 0
+    got = [int(queue.sample_items(1, timeout=5.0)[0].data[0]) for _ in range(4)]
+    assert got == [0, 1, 2, 3]
     w.flush(timeout_ms=5000)
+    assert scalars(first) == [0, 3]
 
 
 def test_flush_times_out_under_sample_to_insert_ratio() -> None:
@@ -805,7 +807,7 @@ def test_flush_times_out_under_sample_to_insert_ratio() -> None:
     assert len(table) == 3
 
 
-def test_close_then_use_raises() -> None:
+def test_close_then_use_raises_and_context_manager_flushes() -> None:
     w, _ = writer([sw.create_config(REF["x"][-1], "t")])
     w.append({"x": np.int64(0)})
     w.close()
@@ -814,13 +816,10 @@ def test_close_then_use_raises() -> None:
     for call in calls:
         with pytest.raises(RuntimeError, match="Close has been called"):
             call()
-
-
-def test_context_manager_flushes() -> None:
     table = fifo()
     with StructuredWriter([table], [sw.create_config(REF["x"][-1], "t")]) as w:
         w.append({"x": np.int64(7)})
-    assert scalars(table) == [7]
+    assert scalars(table) == [7]  # __exit__ flushes
 
 
 # ----- property: items match a pure-Python model -----
