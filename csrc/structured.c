@@ -111,8 +111,20 @@ void fr_sw_set_data(fr_sw *s, int32_t i, int64_t value, int present) {
 }
 
 void fr_sw_end_episode(fr_sw *s) {
-    for (int32_t i = 0; i < s->n_configs; i++) s->configs[i].steps_since = 0;
+    /* steps_since_applied carries over into the next episode (as Reverb). */
     memset(s->present, 0, (size_t)s->n_data);
+}
+
+/* Whether the newest step holds a value of a field c references (pattern
+ * or data condition): Reverb applies a config only then. */
+static int touches_newest_step(const fr_sw *s, const sw_config *c) {
+    for (int32_t k = 0; k < c->cfg.n_nodes; k++)
+        if (fr_writer_set_in_newest_step(s->w, c->cfg.nodes[k].col)) return 1;
+    for (int32_t k = 0; k < c->cfg.n_conditions; k++)
+        if (c->cfg.conditions[k].left == FR_SW_DATA &&
+            s->present[c->cfg.conditions[k].source])
+            return 1;
+    return 0;
 }
 
 static int holds(const fr_sw *s, const sw_config *c, const fr_sw_condition *k,
@@ -130,7 +142,7 @@ static int holds(const fr_sw *s, const sw_config *c, const fr_sw_condition *k,
     int ok;
     if (k->cmp == FR_SW_EQ) ok = v == k->value;
     else if (k->cmp == FR_SW_GE) ok = v >= k->value;
-    else ok = ((v % k->mod) + k->mod) % k->mod == k->value;
+    else ok = v % k->mod == k->value; /* C's truncated modulo, as Reverb */
     return k->inverse ? !ok : ok;
 }
 
@@ -202,6 +214,7 @@ int fr_sw_evaluate(fr_sw *s, int end_episode, int64_t *created,
         sw_config *c = &s->configs[i];
         if (c->applied == s->serial) continue;
         if (end_episode && !c->has_end_episode) continue;
+        if (!touches_newest_step(s, c)) continue;
         int ok = 1;
         for (int32_t k = 0; ok && k < c->cfg.n_conditions; k++)
             ok = holds(s, c, &c->cfg.conditions[k], step_index, hlen, end_episode);

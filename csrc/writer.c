@@ -114,6 +114,10 @@ int fr_writer_configure(fr_writer *w, int32_t col, fr_chunker_options opt) {
 int64_t fr_writer_history_len(const fr_writer *w) { return w->hlen + w->step_open; }
 int64_t fr_writer_episode_steps(const fr_writer *w) { return w->episode_steps; }
 int fr_writer_step_open(const fr_writer *w) { return w->step_open; }
+int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
+    int64_t newest = fr_writer_history_len(w) - 1;
+    return newest >= 0 && w->last_set[col] == newest;
+}
 
 /* Hand ready items at the head of the queue to their tables, in order. */
 static void pump(fr_writer *w) {

@@ -50,6 +50,8 @@ int64_t fr_writer_history_len(const fr_writer *w);
 /* Closed steps since the last end_episode. */
 int64_t fr_writer_episode_steps(const fr_writer *w);
 int fr_writer_step_open(const fr_writer *w);
+/* 1 when column `col` has a value in the newest (open or last) step. */
+int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col);
 
 /* For history positions pos[0..n) of column col write the cell id there, or
  * -1 where the column had no value or the cell expired. */

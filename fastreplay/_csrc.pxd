@@ -249,6 +249,7 @@ cdef extern from "writer.h" nogil:
     int64_t fr_writer_history_len(const fr_writer *w)
     int64_t fr_writer_episode_steps(const fr_writer *w)
     int fr_writer_step_open(const fr_writer *w)
+    int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col)
     void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
                             const int64_t *pos, int64_t *ids)
     int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,

@@ -4,9 +4,9 @@ Reverb's ``structured_writer_test.py``).
 Items are read back through real tables: Fifo tables with
 ``max_times_sampled=1`` return every item once, in insertion order, so the
 step that produced an item is identified by its data (step value = step
-index).  Expected behaviour was checked against dm-reverb 0.14.0; the tests
-marked ``xfail(strict=True)`` document where fastreplay differs from it (see
-each reason).
+index).  Expected behaviour was checked against dm-reverb 0.14.0, including
+steps_since_applied carrying over episodes, configs applying only when the
+newest step holds one of their fields, and C's truncated ``%``.
 """
 
 from __future__ import annotations
@@ -163,9 +163,6 @@ def test_all_conditions_must_hold() -> None:
     assert scalars(tables["t"]) == [5]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dm-reverb keeps steps_since_applied across end_episode (items at 3, 7 "
-    "then 1, 5, 9); fastreplay resets it to 0 in fr_sw_end_episode."))
 def test_steps_since_applied_continues_across_episodes() -> None:
     w, tables = writer([sw.create_config(REF["x"][-1], "t",
                                          [C.steps_since_applied() >= 4])])
@@ -290,11 +287,6 @@ def test_missing_values_skip_only_the_slices_containing_them() -> None:
         [1, 3], [3, 5], [4, 6]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dm-reverb applies a config only when the newest step holds a value for a "
-    "field the config references (so x[-3:-1] makes no item at a step where x "
-    "is None, and x[-2] waits for x in partial steps); fastreplay applies it "
-    "whenever the referenced cells exist."))
 def test_config_waits_for_a_referenced_field_in_the_newest_step() -> None:
     xs = [0, 1, None, 3, 4, 5]
     assert lists(run_x([sw.create_config(REF["x"][-3:-1], "t")], xs)["t"]) == [[3, 4]]
@@ -352,9 +344,6 @@ def test_data_condition_rejects_non_scalar_and_float_values(bad: Any) -> None:
     assert lists(tables["t"]) == [[0, 2]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dm-reverb's `% m == r` uses C++ truncated modulo (-3 % 2 == -1, so the "
-    "condition is false); fastreplay uses Python's floored modulo."))
 def test_data_condition_modulo_of_negative_values_follows_reverb() -> None:
     flags = [np.int64(f) for f in (-3, -2, -1, 0, 1, 3)]
     assert data_run(C.data(STEP_XY)["y"] % 2 == 1, flags) == [4, 5]
@@ -906,12 +895,11 @@ def to_config(spec: dict[str, Any]) -> Config:
 
 @st.composite
 def scenarios(draw: Any) -> tuple[list[dict[str, Any]], list[tuple[int, bool]]]:
-    # steps_since_applied only within one episode (see the xfail above).
     since = draw(st.booleans())
     lefts = ["step_index", "steps_since_applied"] if since else ["step_index"]
     specs = draw(st.lists(config_specs(lefts), min_size=1, max_size=3))
     episodes = draw(st.lists(st.tuples(st.integers(1, 9), st.booleans()),
-                             min_size=1, max_size=1 if since else 4))
+                             min_size=1, max_size=4))
     return specs, episodes
 
 
