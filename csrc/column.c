@@ -78,16 +78,11 @@ int fr_column_finalize(fr_column *c) {
     return FR_OK;
 }
 
-static int id_alive(const fr_column *c, int64_t id) {
-    int64_t window = c->n_appended - c->opt.num_keep_alive_refs;
-    return id >= c->alive_from && id >= window;
-}
-
 /* Forget records at the front that are out of the window and unpinned. */
 static void trim(fr_column *c) {
     while (c->cells_len > 0) {
         fr_cell *front = fr_column_slot(c, c->cells_base);
-        if (front->pins > 0 || id_alive(c, c->cells_base)) break;
+        if (front->pins > 0 || fr_column_id_alive(c, c->cells_base)) break;
         drop_front(c);
     }
 }
@@ -165,12 +160,6 @@ int fr_column_configure(fr_column *c, fr_chunker_options opt) {
     tuner_init(&c->tuner);
     trim(c);
     return FR_OK;
-}
-
-fr_cell *fr_column_cell(fr_column *c, int64_t id) {
-    if (id < c->cells_base || id >= c->cells_base + c->cells_len) return NULL;
-    fr_cell *cell = fr_column_slot(c, id);
-    return cell->pins > 0 || id_alive(c, id) ? cell : NULL;
 }
 
 void fr_column_pin(fr_column *c, int64_t id, int delta) {

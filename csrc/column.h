@@ -100,8 +100,18 @@ int fr_column_reset(fr_column *c);
 /* Change options; requires an empty buffer (FR_EBUSY otherwise). */
 int fr_column_configure(fr_column *c, fr_chunker_options opt);
 
+/* Whether cell `id` is in the keep-alive window (and not cleared). */
+static inline int fr_column_id_alive(const fr_column *c, int64_t id) {
+    int64_t window = c->n_appended - c->opt.num_keep_alive_refs;
+    return id >= c->alive_from && id >= window;
+}
+
 /* Record of an alive cell, or NULL when `id` is expired or unknown. */
-fr_cell *fr_column_cell(fr_column *c, int64_t id);
+static inline fr_cell *fr_column_cell(fr_column *c, int64_t id) {
+    if (id < c->cells_base || id >= c->cells_base + c->cells_len) return NULL;
+    fr_cell *cell = fr_column_slot(c, id);
+    return cell->pins > 0 || fr_column_id_alive(c, id) ? cell : NULL;
+}
 
 /* Pin / unpin an alive cell for a pending item. */
 void fr_column_pin(fr_column *c, int64_t id, int delta);

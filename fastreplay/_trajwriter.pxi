@@ -114,6 +114,7 @@ cdef class _ColumnsBase:
     cdef public FlattenPlan _plan
 
 
+@cython.freelist(16)
 cdef class StepReferences:
     """References returned by ``append``: built lazily, structured like the
     appended data (a WeakCellRef per leaf, None where no value was given)."""

@@ -150,6 +150,19 @@ cdef inline void _step_inline_init(_StepInline *s) noexcept:
     s.a.views, s.a.strides, s.a.scalars = s.views, s.strides, s.scalars
 
 
+cdef dict _SCALAR_TYPES = {}  # type -> numpy scalar of a supported kind?
+
+
+cdef inline bint _numeric_scalar_type(object t):
+    """Whether values of type t are numpy scalars of a supported dtype (they
+    export typed buffers); cached per type."""
+    ok = _SCALAR_TYPES.get(t)
+    if ok is None:
+        ok = _SCALAR_TYPES[t] = (issubclass(t, _generic) and
+                                 np.dtype(t).kind in _SUPPORTED_KINDS)
+    return ok
+
+
 cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
                    Py_ssize_t batched) except -1:
     """Add value ``v`` for column ``col`` as entry s.n: Python floats, ints
@@ -169,8 +182,7 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         s.n += 1
         return 0
     view = &s.views[s.n_views]
-    if type(v) is _ndarray or (isinstance(v, _generic) and
-                               v.dtype.kind in _SUPPORTED_KINDS):
+    if type(v) is _ndarray or _numeric_scalar_type(type(v)):
         try:
             PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
             kind = _format_kind(view.format)
