@@ -157,6 +157,36 @@ static const unsigned char *cached_rows(const fr_chunk *c, void *cache,
     return slot;
 }
 
+int fr_trajectories_check(fr_trajectory *const *ts, int64_t n, int64_t *scratch,
+                          int32_t *bad_column) {
+    enum { AHEAD = 8 }; /* the records are random reads: keep some in flight */
+    *scratch = 0;
+    *bad_column = -1;
+    for (int64_t b = 0; b < n; b++)
+        if (!ts[b]) return FR_EEMPTY;
+    for (int64_t b = 0; b < n && b < AHEAD; b++) __builtin_prefetch(ts[b]->columns);
+    const fr_trajectory *first = ts[0];
+    for (int64_t b = 0; b < n; b++) {
+        if (b + AHEAD < n) {
+            __builtin_prefetch(ts[b + AHEAD]->columns);
+            __builtin_prefetch(ts[b + AHEAD]->slices);
+        }
+        const fr_trajectory *t = ts[b];
+        if (t->n_columns != first->n_columns) return FR_EINVAL;
+        for (int32_t c = 0; c < t->n_columns; c++) {
+            const fr_traj_column *x = &first->columns[c], *y = &t->columns[c];
+            if (x->spec != y->spec || x->length != y->length ||
+                x->squeeze != y->squeeze) {
+                *bad_column = c;
+                return FR_ESHAPE;
+            }
+        }
+        int64_t need = fr_trajectory_scratch_bytes(t);
+        if (need > *scratch) *scratch = need;
+    }
+    return FR_OK;
+}
+
 /* Prefetch the first rows of column col of t when they are stored raw. */
 static inline void prefetch_rows(const fr_trajectory *t, int32_t col) {
     const fr_traj_column *c = &t->columns[col];

@@ -81,6 +81,13 @@ int fr_trajectory_ready(const fr_trajectory *t);
 int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
                               void *scratch);
 
+/* Check that n sampled trajectories can be stacked: none is NULL
+ * (FR_EEMPTY), all have ts[0]'s number of columns (FR_EINVAL) and the same
+ * spec, length and squeeze per column (FR_ESHAPE, *bad_column set).  On
+ * FR_OK *scratch is the largest fr_trajectory_scratch_bytes among them. */
+int fr_trajectories_check(fr_trajectory *const *ts, int64_t n, int64_t *scratch,
+                          int32_t *bad_column);
+
 /* Copy column `col` of n trajectories into out: item b's rows start at
  * out + b * item_stride bytes.  Every trajectory must have that column with
  * the same spec and length (the caller checks).  Compressed chunks are

@@ -206,6 +206,8 @@ cdef extern from "trajectory.h" nogil:
     int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
                                   void *scratch)
     int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t)
+    int fr_trajectories_check(fr_trajectory *const *ts, int64_t n,
+                              int64_t *scratch, int32_t *bad_column)
     int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
                                void *out, int64_t item_stride, void *cache,
                                int64_t cache_bytes_each, int32_t cache_slots)

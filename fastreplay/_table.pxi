@@ -22,37 +22,26 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     """Stack column c of the n trajectories into one array per column."""
     if n == 0:
         return [], []
-    cdef int64_t b, most = 0, got
-    cdef int32_t c, n_cols
+    cdef int64_t most = 0
+    cdef int32_t c, n_cols, bad = -1
     cdef fr_traj_column *first
-    cdef fr_traj_column *other
-    for b in range(n):
-        if ts[b] == NULL:
-            raise ValueError(f"Table '{table}' holds items without data "
-                             "(inserted by key only); sample() them instead")
+    cdef int rc = fr_trajectories_check(ts, n, &most, &bad)
+    if rc == FR_EEMPTY:
+        raise ValueError(f"Table '{table}' holds items without data "
+                         "(inserted by key only); sample() them instead")
+    if rc == FR_EINVAL:
+        raise ValueError(f"Items sampled from table '{table}' have different "
+                         "numbers of columns; use sample() for such items")
+    if rc != FR_OK:
+        raise ValueError(
+            f"Items sampled from table '{table}' differ in column {bad} "
+            "(dtype, shape, length or squeeze); use sample() for such items")
     n_cols = ts[0].n_columns
-    for b in range(1, n):
-        if ts[b].n_columns != n_cols:
-            raise ValueError(f"Items sampled from table '{table}' have different "
-                             "numbers of columns; use sample() for such items")
-        for c in range(n_cols):
-            first, other = &ts[0].columns[c], &ts[b].columns[c]
-            if (first.spec != other.spec or
-                    first.length != other.length or first.squeeze != other.squeeze):
-                raise ValueError(
-                    f"Items sampled from table '{table}' differ in column {c} "
-                    "(dtype, shape, length or squeeze); use sample() for such "
-                    "items")
-    for b in range(n):
-        got = fr_trajectory_scratch_bytes(ts[b])
-        if got > most:
-            most = got
     cache = np.zeros(_CACHE_SLOTS * (8 + most) + 8, dtype=np.uint8)
     cdef unsigned char[::1] cv = cache
     columns, squeeze = [], []
     cdef unsigned char[::1] ov
     cdef int64_t stride
-    cdef int rc = FR_OK
     for c in range(n_cols):
         first = &ts[0].columns[c]
         shape = _shape_of(first.spec)
