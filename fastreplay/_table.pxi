@@ -1,6 +1,13 @@
 # TableCore: the thread-safe item table of csrc/table.h.  Included by
 # _core.pyx (it shares the status translator and timeout helper).
 
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+
 cdef fr_payload_ops _TRAJECTORY_OPS
 _TRAJECTORY_OPS.retain = fr_trajectory_payload_retain
 _TRAJECTORY_OPS.release = fr_trajectory_payload_release
@@ -9,6 +16,31 @@ _TRAJECTORY_OPS.ctx = NULL
 
 cdef object _dtype_of(const fr_spec *spec):
     return np.dtype(f"{chr(spec.dtype)}{spec.itemsize}")
+
+
+cdef void *_data_of(object arr) except NULL:
+    """Address of a C-contiguous writable array's data (which lives as long
+    as ``arr``)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    cdef void *buf = view.buf
+    PyBuffer_Release(&view)
+    return buf if buf != NULL else <void *>&_EMPTY
+
+
+cdef uint64_t _EMPTY = 0
+
+
+cdef dict _INTERNED_SPECS = {}  # interned spec address -> (shape, dtype)
+
+
+cdef tuple _spec_info(const fr_spec *spec):
+    """(shape, dtype) of an interned spec (fr_spec_intern), cached: interned
+    specs live as long as the process."""
+    info = _INTERNED_SPECS.get(<size_t>spec)
+    if info is None:
+        info = _INTERNED_SPECS[<size_t>spec] = (_shape_of(spec), _dtype_of(spec))
+    return info
 
 
 cdef tuple _shape_of(const fr_spec *spec):
@@ -37,26 +69,35 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             f"Items sampled from table '{table}' differ in column {bad} "
             "(dtype, shape, length or squeeze); use sample() for such items")
     n_cols = ts[0].n_columns
-    cache = np.zeros(_CACHE_SLOTS * (8 + most) + 8, dtype=np.uint8)
-    cdef unsigned char[::1] cv = cache
     columns, squeeze = [], []
-    cdef unsigned char[::1] ov
-    cdef int64_t stride
-    for c in range(n_cols):
-        first = &ts[0].columns[c]
-        shape = _shape_of(first.spec)
-        out = np.empty((n,) + (() if first.squeeze else (first.length,)) + shape,
-                       dtype=_dtype_of(first.spec))
-        stride = out.nbytes // n
-        if stride:
-            ov = out.reshape(-1).view(np.uint8)
-            cv[:_CACHE_SLOTS * 8] = 0  # forget cached chunks of other columns
-            with nogil:
-                rc = fr_trajectories_gather(ts, n, c, &ov[0], stride, &cv[0],
+    cdef void **outs = <void **>malloc(max(n_cols, 1) * sizeof(void *))
+    cdef int64_t *strides = <int64_t *>malloc(max(n_cols, 1) * sizeof(int64_t))
+    cdef size_t cache_n = _CACHE_SLOTS * (8 + most) + 8
+    cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
+    try:
+        if not outs or not strides or not cache:
+            raise MemoryError()
+        for c in range(n_cols):  # allocate with the GIL ...
+            first = &ts[0].columns[c]
+            shape, dtype = _spec_info(first.spec)
+            out = np.empty((n,) + (() if first.squeeze else (first.length,)) + shape,
+                           dtype=dtype)
+            outs[c], strides[c] = _data_of(out), out.nbytes // n
+            columns.append(out)
+            squeeze.append(bool(first.squeeze))
+        with nogil:  # ... and copy without it, every column in one go
+            for c in range(n_cols):
+                if strides[c] == 0:
+                    continue
+                memset(cache, 0, _CACHE_SLOTS * 8)  # forget other columns' chunks
+                rc = fr_trajectories_gather(ts, n, c, outs[c], strides[c], cache,
                                             most, _CACHE_SLOTS)
+                if rc != FR_OK:
+                    break
+        if rc != FR_OK:
             _raise_for_status(rc, f"table '{table}', column {c}")
-        columns.append(out)
-        squeeze.append(bool(first.squeeze))
+    finally:
+        free(outs); free(strides); free(cache)
     return columns, squeeze
 
 
@@ -267,25 +308,26 @@ cdef class TableCore:
         prios = np.empty(n, dtype=np.float64)
         times = np.empty(n, dtype=np.int64)
         sizes = np.empty(n, dtype=np.int64)
-        pays = np.zeros(n, dtype=np.uint64)
-        cdef uint64_t[::1] kv = keys
-        cdef double[::1] bv = probs
-        cdef double[::1] qv = prios
-        cdef int64_t[::1] tv = times
-        cdef int64_t[::1] sv = sizes
-        cdef uint64_t[::1] yv = pays
-        cdef int64_t done = 0
+        cdef uint64_t *kv = <uint64_t *>_data_of(keys)
+        cdef double *bv = <double *>_data_of(probs)
+        cdef double *qv = <double *>_data_of(prios)
+        cdef int64_t *tv = <int64_t *>_data_of(times)
+        cdef int64_t *sv = <int64_t *>_data_of(sizes)
+        cdef uint64_t *yv = <uint64_t *>calloc(n, sizeof(uint64_t))
+        cdef int64_t done = 0, i
         cdef int rc
-        with nogil:
-            rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0], &tv[0],
-                                 &sv[0], &yv[0], &done)
-        if rc != FR_OK:
-            _raise_for_status(rc, self._ctx())
+        if yv == NULL:
+            raise MemoryError()
         try:
-            columns, squeeze = _gather(<fr_trajectory **>&yv[0], done, self.name)
+            with nogil:
+                rc = fr_table_sample(self._t, n, tns, kv, bv, qv, tv, sv, yv, &done)
+            if rc != FR_OK:
+                _raise_for_status(rc, self._ctx())
+            columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name)
         finally:
             for i in range(done):
                 fr_trajectory_payload_release(NULL, yv[i])
+            free(yv)
         if done < n:
             keys, probs, prios = keys[:done], probs[:done], prios[:done]
             times, sizes = times[:done], sizes[:done]
