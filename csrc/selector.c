@@ -89,7 +89,10 @@ int fr_selector_check(const fr_selector *s, double priority) {
         if (isnan(priority)) return FR_EPRIORITY_NAN;
         if (priority < 0.0) return FR_EPRIORITY_NEG;
         /* Bounding each weight by DBL_MAX / 2^32 keeps the sum of up to
-         * 2^31 weights finite, so sampling never sees an infinite total. */
+         * 2^31 weights finite, so sampling never sees an infinite total.
+         * p^a <= max(p, 1) for a <= 1 and p^a <= 1 for p <= 1: no pow then. */
+        if (priority <= 1.0 || (s->exponent <= 1.0 && priority <= FR_MAX_WEIGHT))
+            return FR_OK;
         if (!(fr_priority_weight(priority, s->exponent) <= FR_MAX_WEIGHT))
             return FR_EINVAL;
     } else if (is_heap(s->kind) && isnan(priority)) {

@@ -11,8 +11,8 @@ typedef struct fr_pending_item {
     fr_table *table;
     fr_trajectory *traj;
     int32_t n_refs;
-    int32_t *cols; /* the item's refs, pinned while queued */
-    int64_t *ids;
+    int64_t *ids;  /* the item's refs, pinned while queued (one allocation: */
+    int32_t *cols; /* cols follows ids) */
 } fr_pending_item;
 
 struct fr_writer {
@@ -63,8 +63,7 @@ static void unpin(fr_writer *w, fr_pending_item *it) {
 
 static void q_pop(fr_writer *w) {
     fr_pending_item *it = q_at(w, 0);
-    free(it->cols);
-    free(it->ids);
+    free(it->ids); /* and cols */
     w->q_head = (w->q_head + 1) % w->q_cap;
     w->q_len--;
 }
@@ -303,10 +302,12 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     }
     *bad_column = -1;
     fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
-                          malloc((size_t)total * sizeof(int32_t)),
-                          malloc((size_t)total * sizeof(int64_t))};
+                          malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
+                          NULL};
+    if (!it.ids) return FR_ENOMEM;
+    it.cols = (int32_t *)(it.ids + total);
     it.traj = fr_trajectory_new(n_columns, count_slices(w, n_columns, lens, cols, ids));
-    if (!it.cols || !it.ids || !it.traj) goto oom;
+    if (!it.traj) goto oom;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
     memcpy(it.ids, ids, (size_t)total * sizeof *ids);
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
@@ -324,7 +325,6 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     pump(w);
     return FR_OK;
 oom:
-    free(it.cols);
     free(it.ids);
     if (it.traj) fr_trajectory_release(it.traj);
     return FR_ENOMEM;

@@ -106,13 +106,9 @@ class WriterWorkload:
                  chunk_store: fastreplay.ChunkStore | None = None,
                  table: fastreplay.Table | None = None,
                  max_in_flight: int | None = None) -> None:
-        shape, dtype = obs
-        if dtype == np.uint8 and shape == ATARI_OBS[0]:
-            self.obs = atari_frames(num_obs)
-        else:
-            rng = np.random.default_rng(0)
-            self.obs = [rng.standard_normal(shape).astype(dtype)
-                        for _ in range(num_obs)]
+        # Steps made up front, as dm-reverb's side of the benchmark does
+        # (reverb_peer._Steps): the timed loop only appends and creates items.
+        self.data = step_data(obs, num_obs)
         # ``is None``, not ``or``: an empty Table is falsy (it has __len__).
         self.table = table if table is not None else fastreplay.Table(
             "bench", selectors.Prioritized(0.6), selectors.Fifo(), 1_000_000,
@@ -126,11 +122,9 @@ class WriterWorkload:
         self.max_in_flight = max_in_flight
 
     def run(self, n_steps: int) -> None:
-        w, obs = self.writer, self.obs
+        w, data = self.writer, self.data
         for _ in range(n_steps):
-            i = self.steps
-            w.append({"observation": obs[i % len(obs)], "action": np.int32(i % 7),
-                      "reward": np.float32(1.0)})
+            w.append(data[self.steps % len(data)])
             if w.episode_steps >= 5:
                 h = w.history
                 w.create_item("bench", 1.0, {
