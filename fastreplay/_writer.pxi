@@ -12,14 +12,17 @@ from cpython.buffer cimport (
 _TF_NAMES = {"f8": "double", "f4": "float", "f2": "half", "b1": "bool",
              "c8": "complex64", "c16": "complex128"}
 _SUPPORTED_KINDS = "biufc"
-# An append releases the GIL only when it copies at least this many bytes.
-# Shorter appends keep it, chunk compression included: with several writer
-# threads every release is a hand-off to another thread and back, and the
-# returning thread then waits for the holder to let go.  Measured with Atari
-# steps (benchmarks/test_bench_writer.py, 2 cores): releasing for every
-# append >= 16 KiB gave 65k/51k/37k steps/s with 1/2/4 threads, releasing
-# around compression 65k/51k/37k, keeping the GIL 65k/60k/59k.
-DEF _NOGIL_MIN_BYTES = 262144
+# An append releases the GIL only when it copies at least this many bytes
+# (its copy and any chunk compression then run in parallel with other
+# threads' Python); shorter appends keep it, since a release costs more than
+# they take.  Measured on 2 cores with Atari steps (28 KiB) once the per-step
+# Python was ~2 us (fastreplay bench --only threads, writers + 1 sampler):
+# 16 KiB gave 106-116k/99-109k/91-95k steps/s with 1/2/4 writers and
+# 41k/23-27k/23-27k sampled items/s, keeping the GIL 91-105k/91-95k/103-111k
+# steps/s and 21-26k/17-18k/16k items/s; single-writer speed is unchanged.
+# (With ~6 us of Python per step, releasing was slower: 65k/51k/37k steps/s
+# against 65k/60k/59k.)
+DEF _NOGIL_MIN_BYTES = 16384
 
 
 def _install_lz4() -> bool:
