@@ -281,6 +281,20 @@ void fr_selector_sample_many(fr_selector *s, fr_rng *rng, size_t n,
             prob[k] = fr_sumtree_get(&s->tree, (size_t)out[k]) / total;
         return;
     }
+    if (s->kind == FR_SEL_UNIFORM || s->kind == FR_SEL_PRIORITIZED) {
+        /* Uniform draws are random reads of the dense array: draw every
+         * position first and prefetch, so the reads overlap. */
+        double p = 1.0 / (double)s->size;
+        for (size_t k = 0; k < n; k++) {
+            out[k] = (int64_t)fr_rng_below(rng, (uint64_t)s->size);
+            __builtin_prefetch(&s->dense[out[k]]);
+        }
+        for (size_t k = 0; k < n; k++) {
+            out[k] = s->dense[out[k]];
+            prob[k] = p;
+        }
+        return;
+    }
     for (size_t k = 0; k < n; k++)
         out[k] = fr_selector_sample(s, rng, &prob[k]);
 }

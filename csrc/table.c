@@ -277,17 +277,23 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
         can_sample_locked(t, n) && reserve_scratch(t, (size_t)n) == FR_OK) {
         fr_selector_sample_many(&t->sampler, &t->rng, (size_t)n,
                                 t->scratch_slots, probabilities, t->scratch);
-        for (int64_t j = 0; j < n; j++)
-            __builtin_prefetch(&t->items[t->scratch_slots[j]]);
-        /* Payloads are retained below: bring their records in as well. */
-        if (payloads && t->ops.retain)
-            for (int64_t j = 0; j < n; j++)
-                __builtin_prefetch(
-                    (const void *)(uintptr_t)t->items[t->scratch_slots[j]].payload, 1);
-        for (; k < n; k++)
-            commit_sample(t, (int32_t)t->scratch_slots[k], probabilities[k], k,
-                          keys, probabilities, priorities, times_sampled,
-                          table_sizes, payloads);
+        /* Random reads in a pipeline: item records FAR ahead, the payload
+         * records they point to (retained in commit_sample) NEAR ahead. */
+        enum { FAR = 16, NEAR = 8 };
+        const int64_t *slot = t->scratch_slots;
+        int retain = payloads && t->ops.retain;
+        for (int64_t j = 0; j < n && j < FAR; j++) __builtin_prefetch(&t->items[slot[j]]);
+        for (int64_t j = 0; retain && j < n && j < NEAR; j++)
+            __builtin_prefetch((const void *)(uintptr_t)t->items[slot[j]].payload, 1);
+        for (; k < n; k++) {
+            if (k + FAR < n) __builtin_prefetch(&t->items[slot[k + FAR]]);
+            if (retain && k + NEAR < n)
+                __builtin_prefetch((const void *)(uintptr_t)t->items[slot[k + NEAR]].payload,
+                                   1);
+            commit_sample(t, (int32_t)slot[k], probabilities[k], k, keys,
+                          probabilities, priorities, times_sampled, table_sizes,
+                          payloads);
+        }
     }
     int64_t start = 0;
     for (; k < n; k++) {
