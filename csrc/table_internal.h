@@ -13,7 +13,6 @@ typedef struct fr_async_insert {
     double priority;
     uint64_t payload;
     fr_sync *sync;
-    int64_t stalled_since; /* when the rate limiter first held it back, or 0 */
 } fr_async_insert;
 
 struct fr_table {
@@ -36,6 +35,7 @@ struct fr_table {
     int64_t *scratch_slots;
     size_t scratch_cap;
     fr_async_insert *queue; /* ring of pending async inserts */
+    int64_t queue_stalled_since; /* when held-back inserts began waiting, or 0 */
     size_t queue_head, queue_len, queue_cap;
     int closed;
 };

@@ -12,7 +12,6 @@ void fr_table_drain_queue(fr_table *t) {
            fr_rate_limiter_can_insert(&t->limiter, 1)) {
         fr_async_insert *q = &t->queue[t->queue_head];
         if (fr_table_insert_locked(t, q->key, q->priority, q->payload) != FR_OK) break;
-        if (q->stalled_since) t->st.insert_stall_ns += fr_now_ns() - q->stalled_since;
         fr_sync_add(q->sync, -1, 0);
         fr_sync_release(q->sync);
         t->queue_head = (t->queue_head + 1) % t->queue_cap;
@@ -20,9 +19,18 @@ void fr_table_drain_queue(fr_table *t) {
         done++;
     }
     if (done > 0) pthread_cond_broadcast(&t->can_sample_cv);
+    /* Stall time is wall time with held-back inserts (not summed per item). */
+    if (t->queue_len == 0 && t->queue_stalled_since) {
+        t->st.insert_stall_ns += fr_now_ns() - t->queue_stalled_since;
+        t->queue_stalled_since = 0;
+    }
 }
 
 void fr_table_drop_queue(fr_table *t) {
+    if (t->queue_stalled_since) {
+        t->st.insert_stall_ns += fr_now_ns() - t->queue_stalled_since;
+        t->queue_stalled_since = 0;
+    }
     while (t->queue_len > 0) {
         fr_async_insert *q = &t->queue[t->queue_head];
         fr_table_release_payload(t, q->payload);
@@ -62,17 +70,13 @@ int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
     if (t->closed) {
         rc = FR_ECLOSED;
     } else if ((rc = queue_push(t, (fr_async_insert){key, priority, payload,
-                                                      sync, 0})) == FR_OK) {
+                                                      sync})) == FR_OK) {
         fr_sync_retain(sync);
         fr_sync_add(sync, 1, 0);
         fr_table_drain_queue(t);
         if (t->queue_len > 0) { /* held back: a stall, timed until drained */
-            fr_async_insert *last =
-                &t->queue[(t->queue_head + t->queue_len - 1) % t->queue_cap];
-            if (last->key == key && !last->stalled_since) {
-                last->stalled_since = fr_now_ns();
-                t->st.num_insert_stalls++;
-            }
+            t->st.num_insert_stalls++;
+            if (!t->queue_stalled_since) t->queue_stalled_since = fr_now_ns();
         }
     }
     pthread_mutex_unlock(&t->mu);
