@@ -143,7 +143,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.exit(2, "fastreplay bench: error: --plot needs matplotlib, which is "
                        "not installed; install it with: pip install "
                        "'fastreplay[plot]' (or: pip install matplotlib)\n")
-    from fastreplay.bench import runner
+    from fastreplay.bench import report, runner
 
     if args.from_json:
         runs = []
@@ -161,11 +161,11 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(runs[0].to_json(), f, indent=2)
     for i, result in enumerate(runs):
-        print(("\n" if i else "") + runner.format_context(result))
+        print(("\n" if i else "") + report.format_context(result))
         print()
-        print(runner.format_table(result, markdown=args.markdown))
+        print(report.format_table(result, markdown=args.markdown))
     if args.plot:
-        runner.plot(runs, args.plot)
+        report.plot(runs, args.plot)
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastreplay.bench import runner
+from fastreplay.bench import report, runner
 from fastreplay.bench.env import PEERS
 from fastreplay.bench.workloads import atari_frames
 
@@ -143,9 +143,9 @@ def test_ratios_divide_by_the_workload_baseline() -> None:
           runner.Result("v", "sb3", "e", 5.0, "s", "call", 3, kind="peer")]
     runner._ratios(rs)
     assert [r.ratio for r in rs] == [None, None, 2.5, None, None]
-    assert runner.format_value(58.7e-6, "s") == "58.7 µs"
-    assert runner.format_value(1.5, "s") == "1.50 s"
-    assert runner.format_value(28232, "B") == "28,232 B"
+    assert report.format_value(58.7e-6, "s") == "58.7 µs"
+    assert report.format_value(1.5, "s") == "1.50 s"
+    assert report.format_value(28232, "B") == "28,232 B"
 
 
 def test_atari_frames_take_any_shape_and_share_frames() -> None:
