@@ -182,17 +182,24 @@ cdef class TrajectoryColumn:
             raise TypeError("TrajectoryColumn indices must be int, slice or list, "
                             f"got {type(val).__name__}")
         cdef TrajectoryColumn c = TrajectoryColumn.__new__(TrajectoryColumn)
-        c._reserve(len(picks), True)
+        c._reserve(len(picks), self.cols != NULL)  # one writer column stays one
+        c.col = self.col
         for k in range(c.n):
-            c.cols[k] = self.col_at(picks[k])
+            if c.cols != NULL:
+                c.cols[k] = self.col_at(picks[k])
             c.ids[k] = self.ids[<Py_ssize_t>picks[k]]
         c._core, c._squeeze, c._path = self._core, squeeze, self._path
         return c
 
     cdef dict _info(self):
-        if not self.n:
+        # An empty view of one writer column (history[5:2]) still knows its
+        # column; an empty TrajectoryColumn([]) does not.
+        if not self.n and (self._core is None or self.cols != NULL):
             raise ValueError("an empty TrajectoryColumn has no dtype or shape")
-        return (<WriterCore>self._core).column_info(self.col_at(0))
+        info = (<WriterCore>self._core).column_info(self.col_at(0))
+        if info["dtype"] is None:
+            raise ValueError("an empty TrajectoryColumn has no dtype or shape")
+        return info
 
     @property
     def shape(self) -> tuple:
@@ -205,6 +212,9 @@ cdef class TrajectoryColumn:
 
     def numpy(self):
         """The referenced values, stacked (or the single value if squeezed)."""
+        if not self.n:
+            info = self._info()
+            return np.empty((0, *info["shape"]), dtype=info["dtype"])
         cdef WriterCore core = self._core
         pairs = self._pairs()
         if any(not fr_writer_cell_alive(core._w, c, i) for c, i in pairs):

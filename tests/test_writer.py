@@ -1782,3 +1782,29 @@ def test_writer_inserts_held_by_the_rate_limiter_count_as_insert_stalls() -> Non
     assert stats.blocked == 2
     # Wall time while inserts were held back, not a sum over the held items.
     assert 0.04 <= stats.stall_seconds <= time.monotonic() - start
+
+
+@pytest.mark.parametrize("index", [
+    slice(None), slice(None, None, -1), slice(None, None, 2), slice(-3, None),
+    slice(1, -1, 3), slice(-2, 0, -1), slice(5, 2), [0, -1, 3, 3], [-12, 11],
+    list(range(12)), 0, -1, 7,
+])
+def test_history_views_index_like_a_list(index: Any) -> None:
+    """History views (C arrays inline up to 8 cells, heap beyond) and
+    TrajectoryColumn re-indexing select the same steps as list indexing."""
+    table = Table.queue("q", 100)
+    w = TrajectoryWriter(table, 12)
+    for i in range(12):
+        w.append({"x": np.int64(i)})
+    steps = list(range(12))
+    want = steps[index] if not isinstance(index, list) else [steps[i] for i in index]
+    column = w.history["x"][index]
+    got = column.numpy()
+    np.testing.assert_array_equal(got, np.asarray(want))
+    assert got.dtype == np.int64
+    if not isinstance(index, int):
+        assert len(column) == len(want)
+        np.testing.assert_array_equal(column._ids, w.history["x"][:]._ids[index])
+        again = column[::-1]  # re-indexing a view keeps its column
+        np.testing.assert_array_equal(again.numpy(), np.asarray(want[::-1]))
+        assert again._cols == column._cols
