@@ -196,35 +196,43 @@ static inline void prefetch_rows(const fr_trajectory *t, int32_t col) {
         __builtin_prefetch(s->chunk->data + (int64_t)s->offset * s->chunk->row_bytes);
 }
 
-/* The common case of fr_trajectories_gather: every item's column is one
- * slice of a raw chunk.  Source addresses are collected first, then copied
- * in a tight loop that keeps many random reads in flight.  Returns 0 when
- * some item does not fit that case (rows copied so far are then copied
- * again by the general path). */
+/* The common case of fr_trajectories_gather: every slice of the column is
+ * in a raw (uncompressed) chunk.  Each batch of slices' source addresses is
+ * collected first, then copied in a tight loop that keeps many random reads
+ * in flight.  Returns 0 when some slice is compressed (rows copied so far
+ * are then copied again by the general path). */
 static int gather_raw(fr_trajectory *const *ts, int64_t n, int32_t col,
                       unsigned char *out, int64_t stride) {
     enum { BATCH = 64, AHEAD = 16 };
     const unsigned char *src[BATCH];
-    for (int64_t lo = 0; lo < n; lo += BATCH) {
-        int64_t m = n - lo < BATCH ? n - lo : BATCH;
-        for (int64_t j = 0; j < m; j++) {
-            const fr_trajectory *t = ts[lo + j];
-            const fr_traj_column *c = &t->columns[col];
-            if (c->n_slices != 1) return 0;
-            const fr_slice *sl = &t->slices[c->first_slice];
-            if (sl->chunk->compressed) return 0;
-            src[j] = sl->chunk->data + (int64_t)sl->offset * sl->chunk->row_bytes;
-        }
-        for (int64_t j = 0; j < m && j < AHEAD; j++) __builtin_prefetch(src[j]);
-        unsigned char *dst = out + lo * stride;
-        for (int64_t j = 0; j < m; j++, dst += stride) {
-            if (j + AHEAD < m) __builtin_prefetch(src[j + AHEAD]);
-            switch (stride) { /* small rows: no call per row */
-            case 4: memcpy(dst, src[j], 4); break;
-            case 8: memcpy(dst, src[j], 8); break;
-            case 16: memcpy(dst, src[j], 16); break;
-            default: memcpy(dst, src[j], (size_t)stride);
+    unsigned char *dst[BATCH];
+    size_t len[BATCH];
+    int m = 0;
+    for (int64_t b = 0; b <= n; b++) {
+        const fr_traj_column *c = b < n ? &ts[b]->columns[col] : NULL;
+        if (b == n || m + c->n_slices > BATCH) { /* copy what is collected */
+            for (int j = 0; j < m && j < AHEAD; j++) __builtin_prefetch(src[j]);
+            for (int j = 0; j < m; j++) {
+                if (j + AHEAD < m) __builtin_prefetch(src[j + AHEAD]);
+                switch (len[j]) { /* small rows: no call per row */
+                case 4: memcpy(dst[j], src[j], 4); break;
+                case 8: memcpy(dst[j], src[j], 8); break;
+                case 16: memcpy(dst[j], src[j], 16); break;
+                default: memcpy(dst[j], src[j], len[j]);
+                }
             }
+            m = 0;
+            if (b == n) break;
+        }
+        if (c->n_slices > BATCH) return 0;
+        unsigned char *at = out + b * stride;
+        for (int32_t i = 0; i < c->n_slices; i++) {
+            const fr_slice *sl = &ts[b]->slices[c->first_slice + i];
+            if (sl->chunk->compressed) return 0;
+            src[m] = sl->chunk->data + (int64_t)sl->offset * sl->chunk->row_bytes;
+            dst[m] = at;
+            len[m] = (size_t)sl->length * (size_t)sl->chunk->row_bytes;
+            at += len[m++];
         }
     }
     return 1;
