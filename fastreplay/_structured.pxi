@@ -87,6 +87,9 @@ cdef class StructuredCore:
         """Append one (partial) step given as the flat list of all step
         values (None where absent), then create every item whose config now
         applies.  Returns the number of items created."""
+        return self._append(flat, partial)
+
+    cdef int64_t _append(self, list flat, bint partial) except -1:
         if len(flat) != self.num_flat:
             raise ValueError(f"Flattened data has an unexpected length, got "
                              f"{len(flat)} but wanted {self.num_flat}.")
@@ -139,3 +142,31 @@ cdef object _condition_value(object v, Py_ssize_t source):
             f"Data conditions read scalar int or bool values, but flat step "
             f"index {source} holds a {arr.dtype} {list(arr.shape)} value.")
     return int(arr)
+
+
+cdef class _StructuredBase:
+    """The per-step method of StructuredWriter (fastreplay/structured_writer.py
+    sets these attributes up; ``_flatten_general`` compiles the plan on the
+    first append)."""
+
+    cdef public FlattenPlan _plan
+    cdef public StructuredCore _sw
+    cdef public bint _closed
+
+    def append(self, data, *, bint partial_step=False) -> None:
+        """Append a step (or part of one; leaves may be None) and create the
+        items of every config that now applies.
+
+        Raises
+        ------
+        ValueError
+            The flattened step has a different length than the first one, a
+            field has the wrong dtype or shape (naming its path), or a field
+            was already given in the open step.
+        """
+        if self._closed:
+            raise RuntimeError("StructuredWriter::Close has been called.")
+        flat = None if self._plan is None else self._plan.flatten(data)
+        if flat is None:
+            flat = self._flatten_general(data)
+        self._sw._append(flat, partial_step)

@@ -67,7 +67,7 @@ __all__ = [
 
 # ----- the writer -----
 
-class StructuredWriter:
+class StructuredWriter(_core._StructuredBase):
     """Appends steps and creates the items of ``configs`` (Reverb's
     ``StructuredWriter``; usually made by ``Client.structured_writer``).
 
@@ -103,8 +103,8 @@ class StructuredWriter:
         self._tables = by_name
         self._store = chunk_store
         self._seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
-        self._plan: _core.FlattenPlan | None = None
-        self._sw: _core.StructuredCore | None = None
+        self._plan = None
+        self._sw = None
         self._closed = False
 
     def _start(self, data: Any, flat: list[Any]) -> None:
@@ -158,25 +158,13 @@ class StructuredWriter:
         if self._closed:
             raise RuntimeError("StructuredWriter::Close has been called.")
 
-    def append(self, data: Any, *, partial_step: bool = False) -> None:
-        """Append a step (or part of one; leaves may be None) and create the
-        items of every config that now applies.
-
-        Raises
-        ------
-        ValueError
-            The flattened step has a different length than the first one, a
-            field has the wrong dtype or shape (naming its path), or a field
-            was already given in the open step.
-        """
-        self._check_open()
-        flat = None if self._plan is None else self._plan.flatten(data)
-        if flat is None:
-            flat = _nest.flatten(data)
-            if self._sw is None:
-                self._start(data, flat)
-        assert self._sw is not None
-        self._sw.append(flat, partial_step)
+    def _flatten_general(self, data: Any) -> list[Any]:
+        """The flat step when the compiled plan does not fit ``data`` (or
+        before the first append, which compiles it)."""
+        flat = _nest.flatten(data)
+        if self._sw is None:
+            self._start(data, flat)
+        return flat
 
     @property
     def step_is_open(self) -> bool:
