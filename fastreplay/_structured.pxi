@@ -153,6 +153,12 @@ cdef class _StructuredBase:
     cdef public StructuredCore _sw
     cdef public bint _closed
 
+    cpdef int _check_open(self) except -1:
+        """Raise RuntimeError once ``close`` was called."""
+        if self._closed:
+            raise RuntimeError("StructuredWriter::Close has been called.")
+        return 0
+
     def append(self, data, *, bint partial_step=False) -> None:
         """Append a step (or part of one; leaves may be None) and create the
         items of every config that now applies.
@@ -164,8 +170,7 @@ cdef class _StructuredBase:
             field has the wrong dtype or shape (naming its path), or a field
             was already given in the open step.
         """
-        if self._closed:
-            raise RuntimeError("StructuredWriter::Close has been called.")
+        self._check_open()
         flat = None if self._plan is None else self._plan.flatten(data)
         if flat is None:
             flat = self._flatten_general(data)

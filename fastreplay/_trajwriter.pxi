@@ -187,7 +187,8 @@ cdef class _WriterBase:
     def __cinit__(self, *args, **kwargs):
         self._targets = {}
 
-    cdef int _open_or_raise(self) except -1:
+    cpdef int _check_open(self) except -1:
+        """Raise RuntimeError once ``close`` was called."""
         if self._closed:
             raise RuntimeError("TrajectoryWriter::Close has been called.")
         return 0
@@ -213,7 +214,7 @@ cdef class _WriterBase:
         TypeError
             A value that is not numeric or bool.
         """
-        self._open_or_raise()
+        self._check_open()
         columns = self._columns
         plan = (<_ColumnsBase>columns)._plan
         flat = None if plan is None else plan.flatten(data)
@@ -253,7 +254,7 @@ cdef class _WriterBase:
             references, mixed dtypes or shapes, bad squeeze, a priority the
             table's selectors reject, or a signature mismatch.
         """
-        self._open_or_raise()
+        self._check_open()
         cdef list columns = None
         cdef Py_ssize_t i
         if (type(trajectory) is dict and self._item_keys is not None

@@ -154,10 +154,6 @@ class StructuredWriter(_core._StructuredBase):
         self._plan = _core.FlattenPlan(_nest.map_structure(lambda _: None, data),
                                        {p: i for i, p in enumerate(paths)})
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("StructuredWriter::Close has been called.")
-
     def _flatten_general(self, data: Any) -> list[Any]:
         """The flat step when the compiled plan does not fit ``data`` (or
         before the first append, which compiles it)."""

@@ -187,10 +187,6 @@ class TrajectoryWriter(_core._WriterBase):
 
     # ----- appending -----
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("TrajectoryWriter::Close has been called.")
-
     # ----- general paths behind the compiled per-step methods -----
     # append, history, episode_steps and create_item live in
     # _core._WriterBase (fastreplay/_trajwriter.pxi); these are the paths
