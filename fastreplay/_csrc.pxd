@@ -25,6 +25,12 @@ cdef extern from "fr_common.h" nogil:
         FR_ECORRUPT
 
 
+cdef extern from "handoff.h" nogil:
+    void fr_handoff_release()
+    void fr_handoff_wait()
+    void fr_handoff_acquired()
+
+
 cdef extern from "chunk.h" nogil:
     ctypedef int (*fr_lz4_compress_fn)(const char *src, char *dst, int src_size,
                                       int dst_capacity) noexcept nogil

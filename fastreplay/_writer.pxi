@@ -452,9 +452,12 @@ cdef class WriterCore:
                     if flat[c] is not None:
                         _step_put(a, c, flat[c], self._paths[c], 0)
             if a.total >= _NOGIL_MIN_BYTES:
+                fr_handoff_release()
                 with nogil:
                     rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
                                           partial, &bad)
+                    fr_handoff_wait()
+                fr_handoff_acquired()
             else:
                 rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
                                       partial, &bad)

@@ -1,0 +1,80 @@
+#define _GNU_SOURCE
+#include "handoff.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Spin at most this long for one hand-off, and not at all behind a holder
+ * that has run Python this long (it is doing something other than
+ * appending: its loop ended, or it waits in join()). */
+#define SPIN_MAX_NS 40000
+#define HOLDER_STALE_NS 40000
+
+static _Thread_local char token; /* its address names the thread */
+static atomic_uintptr_t holder;   /* writer thread running Python, or 0 */
+static atomic_llong holder_since; /* when it took the GIL */
+static atomic_int busy;           /* writer threads in GIL-free sections */
+static atomic_int ncpu;           /* usable cores; 0 until first asked */
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cores(void) {
+    int n = atomic_load_explicit(&ncpu, memory_order_relaxed);
+    if (n > 0) return n;
+#if defined(CPU_COUNT)
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+#endif
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    atomic_store_explicit(&ncpu, n, memory_order_relaxed);
+    return n;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void fr_handoff_release(void) {
+    uintptr_t me = (uintptr_t)&token;
+    atomic_compare_exchange_strong(&holder, &me, 0);
+    atomic_fetch_add_explicit(&busy, 1, memory_order_relaxed);
+}
+
+void fr_handoff_wait(void) {
+    uintptr_t me = (uintptr_t)&token;
+    /* Spinning threads plus the holder must fit on the cores, or spinning
+     * would take the holder's core away and delay the release it waits for. */
+    int spin = atomic_load_explicit(&busy, memory_order_relaxed) + 1 <= cores();
+    if (spin) {
+        long long start = 0;
+        for (;;) {
+            uintptr_t h = atomic_load_explicit(&holder, memory_order_acquire);
+            if (h == 0 || h == me) break;
+            long long t = now_ns();
+            if (!start) start = t;
+            if (t - start > SPIN_MAX_NS ||
+                t - atomic_load_explicit(&holder_since, memory_order_relaxed) >
+                    HOLDER_STALE_NS)
+                break;
+            for (int i = 0; i < 16; i++) cpu_relax();
+        }
+    }
+    atomic_fetch_sub_explicit(&busy, 1, memory_order_relaxed);
+}
+
+void fr_handoff_acquired(void) {
+    atomic_store_explicit(&holder_since, now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&holder, (uintptr_t)&token, memory_order_release);
+}

@@ -1,0 +1,26 @@
+/* GIL hand-offs between writer threads without sleeping.
+ *
+ * A writer thread releases the GIL for the copy and compression of an
+ * append.  When it finishes while another writer thread runs Python (holds
+ * the GIL), CPython puts it to sleep on a condition variable, and waking it
+ * costs a futex call and, on virtual machines, an inter-processor interrupt:
+ * several microseconds, as much as the Python part of a step.  Writer
+ * threads therefore note here when they hold the GIL in Python code between
+ * appends; a thread done with its GIL-free work spins briefly (bounded, and
+ * only while no core is oversubscribed) until that holder releases the GIL
+ * for its own append, and then takes it without sleeping.
+ *
+ * Advisory only: which thread actually gets the GIL is still CPython's
+ * business, so any interleaving stays correct.  The calls take no locks.
+ */
+#ifndef FASTREPLAY_HANDOFF_H
+#define FASTREPLAY_HANDOFF_H
+
+/* With the GIL, just before releasing it for GIL-free work. */
+void fr_handoff_release(void);
+/* Without the GIL, after the GIL-free work, just before taking it back. */
+void fr_handoff_wait(void);
+/* With the GIL again, just after taking it back. */
+void fr_handoff_acquired(void);
+
+#endif /* FASTREPLAY_HANDOFF_H */
