@@ -85,6 +85,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             outs[c], strides[c] = _data_of(out), out.nbytes // n
             columns.append(out)
             squeeze.append(bool(first.squeeze))
+        fr_handoff_release()
         with nogil:  # ... and copy without it, every column in one go
             for c in range(n_cols):
                 if strides[c] == 0:
@@ -94,6 +95,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
                                             most, _CACHE_SLOTS)
                 if rc != FR_OK:
                     break
+            fr_handoff_wait()
+        fr_handoff_acquired()
         if rc != FR_OK:
             _raise_for_status(rc, f"table '{table}', column {c}")
     finally:
