@@ -16,11 +16,13 @@
 #ifndef FASTREPLAY_HANDOFF_H
 #define FASTREPLAY_HANDOFF_H
 
-/* With the GIL, just before releasing it for GIL-free work. */
+/* First thing after releasing the GIL for GIL-free work (not before: a
+ * waiter that saw the release while the GIL was still held would go to
+ * sleep in CPython after all). */
 void fr_handoff_release(void);
-/* Without the GIL, after the GIL-free work, just before taking it back. */
+/* Last thing of the GIL-free work, just before taking the GIL back. */
 void fr_handoff_wait(void);
-/* With the GIL again, just after taking it back. */
+/* First thing with the GIL again. */
 void fr_handoff_acquired(void);
 
 #endif /* FASTREPLAY_HANDOFF_H */

@@ -85,8 +85,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             outs[c], strides[c] = _data_of(out), out.nbytes // n
             columns.append(out)
             squeeze.append(bool(first.squeeze))
-        fr_handoff_release()
         with nogil:  # ... and copy without it, every column in one go
+            fr_handoff_release()  # after the GIL is dropped
             for c in range(n_cols):
                 if strides[c] == 0:
                     continue

@@ -329,8 +329,8 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
             if rc != FR_OK:
                 core._raise_append(rc, cols, values, bad, 1)
         if step.a.total >= _NOGIL_MIN_BYTES or n_envs * step.a.n > 64:
-            fr_handoff_release()
             with nogil:
+                fr_handoff_release()  # after the GIL is dropped
                 rc = _append_envs(ws, n_envs, step, rows, partial)
                 fr_handoff_wait()
             fr_handoff_acquired()
@@ -458,8 +458,8 @@ cdef class WriterCore:
                     if flat[c] is not None:
                         _step_put(a, c, flat[c], self._paths[c], 0)
             if a.total >= _NOGIL_MIN_BYTES:
-                fr_handoff_release()
                 with nogil:
+                    fr_handoff_release()  # after the GIL is dropped
                     rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
                                           partial, &bad)
                     fr_handoff_wait()
@@ -675,8 +675,8 @@ def insert_rows(TableCore table, ChunkStore store, list names, list values, keys
     cdef int64_t done = 0, bad = -1
     cdef int rc
     try:
-        fr_handoff_release()
         with nogil:
+            fr_handoff_release()  # after the GIL is dropped
             rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs, step.a.rows, n,
                                 &kv[0], &pv[0], chunk_key, tns, &done, &bad)
             fr_handoff_wait()

@@ -309,12 +309,13 @@ def stored_bytes_per_step(steps: int = 2000) -> dict[str, float]:
             "stored_over_raw": stored / raw_step}
 
 
-def concurrent_throughput(writers: int, steps: int, batch: int = 256
-                          ) -> tuple[float, float]:
+def concurrent_throughput(writers: int, steps: int, batch: int = 256,
+                          sampler: bool = True) -> tuple[float, float]:
     """``writers`` threads each write ``steps`` Atari steps (one length-5 item
-    per step) into one Prioritized table while one thread samples batches of
-    ``batch`` items with ``sample_batch`` until the writers finish.  Returns
-    aggregate (steps/s, sampled items/s) over the writers' wall time."""
+    per step) into one Prioritized table while (with ``sampler``) one thread
+    samples batches of ``batch`` items with ``sample_batch`` until the
+    writers finish.  Returns aggregate (steps/s, sampled items/s) over the
+    writers' wall time."""
     table = fastreplay.Table("bench", selectors.Prioritized(0.6), selectors.Fifo(),
                              1_000_000, rate_limiters.MinSize(1))
     server = fastreplay.Server([table])
@@ -332,8 +333,8 @@ def concurrent_throughput(writers: int, steps: int, batch: int = 256
             sampled[0] += len(info.key)
 
     threads = [threading.Thread(target=w.run, args=(steps,)) for w in works]
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    sampling = threading.Thread(target=sample if sampler else done.wait)
+    sampling.start()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -341,7 +342,7 @@ def concurrent_throughput(writers: int, steps: int, batch: int = 256
         t.join()
     wall = time.perf_counter() - t0
     done.set()
-    sampler.join()
+    sampling.join()
     for w in works:
         w.writer.close()
     server.stop()
