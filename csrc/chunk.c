@@ -1,5 +1,6 @@
 #include "chunk.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,20 +72,58 @@ void fr_chunk_release(fr_chunk *c) {
 }
 
 /* LZ4 block of `raw` into a fresh buffer, or NULL when it does not save at
- * least 1/8 of the bytes (then the raw rows are kept). */
+ * least 1/8 of the bytes (then the raw rows are kept).  LZ4 writes into a
+ * per-thread scratch buffer kept across calls and the result is copied into
+ * a block of its exact size: allocating the worst-case bound per chunk and
+ * shrinking it made the allocator return and re-fault those pages for every
+ * chunk (page faults, which writer threads contend on in one process). */
+typedef struct scratch_buf {
+    unsigned char *data;
+    int cap;
+} scratch_buf;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p) {
+    free(((scratch_buf *)p)->data);
+    free(p);
+}
+
+static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+/* This thread's scratch of at least `cap` bytes (freed when it exits). */
+static unsigned char *scratch_get(int cap) {
+    pthread_once(&scratch_once, scratch_init);
+    scratch_buf *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (cap > s->cap) {
+        unsigned char *buf = realloc(s->data, (size_t)cap);
+        if (!buf) return NULL;
+        s->data = buf;
+        s->cap = cap;
+    }
+    return s->data;
+}
+
 static unsigned char *try_compress(const void *raw, int64_t n, int64_t *out_n) {
     if (!lz4_compress || n <= 0 || n > 0x7E000000) return NULL;
     int cap = lz4_bound((int)n);
-    unsigned char *buf = malloc((size_t)cap);
-    if (!buf) return NULL;
-    int got = lz4_compress(raw, (char *)buf, (int)n, cap);
-    if (got <= 0 || got > n - n / 8) {
-        free(buf);
-        return NULL;
-    }
-    unsigned char *shrunk = realloc(buf, (size_t)got);
+    unsigned char *scratch = scratch_get(cap);
+    if (!scratch) return NULL;
+    int got = lz4_compress(raw, (char *)scratch, (int)n, cap);
+    if (got <= 0 || got > n - n / 8) return NULL;
+    unsigned char *out = malloc((size_t)got);
+    if (!out) return NULL;
+    memcpy(out, scratch, (size_t)got);
     *out_n = got;
-    return shrunk ? shrunk : buf;
+    return out;
 }
 
 int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
