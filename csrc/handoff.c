@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "handoff.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -25,9 +26,22 @@ static long long now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* A child forked while other threads were inside GIL-free sections has only
+ * the forking thread: forget the others' marks. */
+static void forget_other_threads(void) {
+    atomic_store(&holder, 0);
+    atomic_store(&busy, 0);
+}
+
+static void register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, forget_other_threads);
+}
+
 static int cores(void) {
     int n = atomic_load_explicit(&ncpu, memory_order_relaxed);
     if (n > 0) return n;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
 #if defined(CPU_COUNT)
     cpu_set_t set;
     n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;

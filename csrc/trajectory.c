@@ -30,7 +30,18 @@ static const fr_spec **intern_slot(const fr_spec **table, size_t cap,
     return &table[i];
 }
 
+/* Forks keep the interned specs consistent: the mutex is held across fork()
+ * (a child of a thread that was interning would otherwise inherit it
+ * locked forever) and released on both sides. */
+static void intern_lock(void) { pthread_mutex_lock(&intern_mu); }
+static void intern_unlock(void) { pthread_mutex_unlock(&intern_mu); }
+static void intern_register_fork(void) {
+    pthread_atfork(intern_lock, intern_unlock, intern_unlock);
+}
+
 const fr_spec *fr_spec_intern(const fr_spec *s) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, intern_register_fork);
     const fr_spec *out = NULL;
     pthread_mutex_lock(&intern_mu);
     if (2 * (n_interned + 1) > intern_cap) {

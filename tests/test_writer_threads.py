@@ -6,10 +6,14 @@ threads do (a holder that ran off, one stuck in a long Python loop)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+import warnings
 
 import numpy as np
+import pytest
 from threadutil import Worker, join_workers
 
 from fastreplay import Server, Table, TrajectoryWriter
@@ -109,3 +113,32 @@ def test_append_proceeds_while_another_thread_runs_long_python() -> None:
     join_workers([writer, busy], table.close, JOIN_TIMEOUT)
     assert busy.result > 0
     assert len(table) == 298
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_child_forked_while_writer_threads_run_can_write() -> None:
+    # Writer threads are mid-append (GIL-free, noted in the hand-off state)
+    # when the main thread forks; the child has only the forking thread and
+    # must write and read back without waiting for the parent's threads.
+    table = Table("t", sel.Fifo(), sel.Fifo(), 100_000, rl.MinSize(1))
+    workers = [Worker(lambda i=i: write(table, i, 400), name=f"w{i}") for i in range(2)]
+    for w in workers:
+        w.start()
+    time.sleep(0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+        pid = os.fork()
+    if pid == 0:  # child: exit status says whether it managed
+        ok = False
+        try:
+            signal.alarm(20)
+            child = Table("t", sel.Fifo(), sel.Fifo(), 1000, rl.MinSize(1))
+            write(child, 7, 50)
+            (s,) = child.sample_items(1, timeout=5.0)
+            ok = len(child) == 48 and int(s.data[0]) == 7
+        finally:
+            os._exit(0 if ok else 1)
+    join_workers(workers, table.close, JOIN_TIMEOUT)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(table) == 2 * 398
