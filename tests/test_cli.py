@@ -108,9 +108,14 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
         mine = [r for r in results if r["workload"] == w["name"]]
         baseline = [r for r in mine if r["baseline"]]
         assert mine and len(baseline) <= 1, w["name"]
-        for r in mine:  # ratio = other median / fastreplay baseline median
-            if r["ratio"] is not None:
-                assert r["ratio"] == pytest.approx(r["median"] / baseline[0]["median"])
+        same = {r["variant"]: r for r in mine if r["kind"] == "fastreplay"}
+        for r in mine:  # ratio = other median / fastreplay median: the row with
+            if r["ratio"] is not None:  # the same variant, else the baseline
+                ref = same.get(r["variant"]) or baseline[0]
+                ratio = r["median"] / ref["median"]
+                if r["unit"].endswith("/s"):  # rates: fastreplay's / the peer's
+                    ratio = 1 / ratio
+                assert r["ratio"] == pytest.approx(ratio), r
         for peer in w["peers"]:  # every peer measured or skipped with a reason
             measured = any(r["library"] == peer and positive(r["ratio"]) for r in mine)
             noted = any(s["library"] == peer and s["workload"] == w["name"]
@@ -146,6 +151,20 @@ def test_ratios_divide_by_the_workload_baseline() -> None:
     assert report.format_value(58.7e-6, "s") == "58.7 µs"
     assert report.format_value(1.5, "s") == "1.50 s"
     assert report.format_value(28232, "B") == "28,232 B"
+
+
+def test_rate_ratios_divide_by_the_fastreplay_row_of_the_same_variant() -> None:
+    rs = [runner.Result("t", "fastreplay", "1 writer: steps", 100.0, "steps/s", "", 5),
+          runner.Result("t", "fastreplay", "2 writers: steps", 160.0, "steps/s", "",
+                        5),
+          runner.Result("t", "dm-reverb", "1 writer: steps", 10.0, "steps/s", "", 5,
+                        kind="peer"),
+          runner.Result("t", "dm-reverb", "2 writers: steps", 40.0, "steps/s", "", 5,
+                        kind="peer"),
+          runner.Result("t", "dm-reverb", "4 writers: steps", 40.0, "steps/s", "", 5,
+                        kind="peer")]  # no fastreplay row and no baseline: no ratio
+    runner._ratios(rs)
+    assert [r.ratio for r in rs] == [None, None, 10.0, 4.0, None]
 
 
 def test_atari_frames_take_any_shape_and_share_frames() -> None:

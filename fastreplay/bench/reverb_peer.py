@@ -43,14 +43,30 @@ numpy 1.26.4 (reverb 0.14 needs TF 2.15 and numpy 1.x).
   ``reverb.TrajectoryDataset.from_table_signature(...).batch(batch)``, one
   ``next()`` on its iterator per batch; the dataset's workers keep up to
   ``max_in_flight`` samples in flight in background threads between calls.
+* ``reverb_threads``: the ``reverb_writer`` table and loop in writer threads,
+  beside ``workloads.concurrent_throughput`` (without its sampler).  One
+  server serves every run; ``run(writers, n_steps)`` empties the table
+  (``client.reset``, as fastreplay's side starts from a new table), makes
+  ``writers`` TrajectoryWriters (``num_keep_alive_refs=item_length``) on the
+  one client and has each, in its own ``threading.Thread``, append
+  ``n_steps`` steps of the caller's ``frames`` (each thread counts its own
+  steps from 0 for ``end_episode``) and ``flush()``.  ``run`` times itself:
+  it returns aggregate steps/s over the writers' wall time (making and
+  closing the writers is not timed) and raises a writer thread's exception,
+  if any.  As in
+  ``reverb_writer`` (which leaves it on stderr) reverb logs "The number of
+  pending items is alarmingly high" every few dozen items; ``run``
+  hides it as ``reverb_structured`` does (``suppressed_lines``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -112,6 +128,12 @@ class _Steps:
         writer.flush()
         return items
 
+    def restarted(self) -> _Steps:
+        """A copy sharing the precomputed steps, its step count back at 0."""
+        steps = copy.copy(self)
+        steps.total = 0
+        return steps
+
 
 @contextlib.contextmanager
 def _native_stderr_to(path: str) -> Iterator[None]:
@@ -139,6 +161,24 @@ class _Peer:
                                     .DefaultCheckpointer(path=self._tmp.name))
         self.address = f"localhost:{self.server.port}"
         self.client = reverb.Client(self.address)
+        self.suppressed_lines, self.last_suppressed = 0, ""
+
+    @contextlib.contextmanager
+    def _stderr_hidden(self) -> Iterator[None]:
+        """Send reverb's stderr logging to a temporary file meanwhile; count it
+        in ``suppressed_lines`` and keep the last line in ``last_suppressed``."""
+        log = os.path.join(self._tmp.name, "stderr.log")
+        try:
+            with _native_stderr_to(log):
+                yield
+        finally:
+            lines: list[str] = []
+            if os.path.exists(log):
+                with open(log, "rb") as f:
+                    lines = f.read().decode(errors="replace").splitlines()
+                os.remove(log)
+            self.suppressed_lines += len(lines)
+            self.last_suppressed = lines[-1] if lines else self.last_suppressed
 
     def table_size(self) -> int:
         return int(self.client.server_info()[TABLE].current_size)
@@ -179,7 +219,6 @@ class ReverbStructured(_Peer):
             1_000_000, reverb.rate_limiters.MinSize(1)))
         self.steps, self.via = steps, via
         self.flush_every, self.episode_steps = flush_every, episode_steps
-        self.suppressed_lines, self.last_suppressed = 0, ""
         length = steps.item_length
         if via == "structured":
             sw = reverb.structured_writer
@@ -193,14 +232,8 @@ class ReverbStructured(_Peer):
     def run(self, n_steps: int) -> None:
         """Append ``n_steps`` steps, creating items as described (reverb's
         stderr logging goes to a temporary file meanwhile)."""
-        log = os.path.join(self._tmp.name, "stderr.log")
-        with _native_stderr_to(log):
+        with self._stderr_hidden():
             self._run(n_steps)
-        with open(log, "rb") as f:
-            lines = f.read().decode(errors="replace").splitlines()
-        os.remove(log)
-        self.suppressed_lines += len(lines)
-        self.last_suppressed = lines[-1] if lines else self.last_suppressed
 
     def _run(self, n_steps: int) -> None:
         w, s = self.writer, self.steps
@@ -271,6 +304,49 @@ class ReverbSampler(_Peer):
         super().close()
 
 
+class ReverbThreads(_Peer):
+    """Writer threads workload; see the module docstring."""
+
+    def __init__(self, reverb: Any, steps: _Steps) -> None:
+        super().__init__(reverb, reverb.Table(
+            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
+            1_000_000, reverb.rate_limiters.MinSize(1)))
+        self.steps = steps
+
+    def run(self, writers: int, n_steps: int) -> float:
+        """Empty the table, then ``writers`` threads append ``n_steps`` steps
+        each; return aggregate steps/s."""
+        self.client.reset(TABLE)
+        length = self.steps.item_length
+        failed: list[BaseException] = []
+
+        def write(writer: Any, steps: _Steps) -> None:
+            try:
+                steps.write(writer, n_steps)
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                failed.append(exc)
+
+        handles: list[Any] = []
+        try:
+            for _ in range(writers):
+                handles.append(self.client.trajectory_writer(num_keep_alive_refs=length))
+            threads = [threading.Thread(target=write, args=(w, self.steps.restarted()))
+                       for w in handles]
+            with self._stderr_hidden():  # "pending items is alarmingly high"
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                wall = time.perf_counter() - t0
+        finally:
+            for w in handles:
+                w.close()
+        if failed:
+            raise failed[0]
+        return writers * n_steps / wall
+
+
 def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
                   steps: int = 5_000, item_length: int = 5, seed: int = 0,
                   frames: list[np.ndarray] | None = None,
@@ -287,6 +363,21 @@ def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32
         return ReverbWriter(reverb, data)
 
     return _guard("reverb_writer", build)
+
+
+def reverb_threads(frames: list[np.ndarray], item_length: int = 5, seed: int = 0
+                   ) -> ReverbThreads | None:
+    """Writer threads workload over ``frames`` (the observations, reused
+    cyclically by every writer); see the module docstring."""
+
+    def build() -> ReverbThreads:
+        import reverb
+
+        data = _Steps(frames[0].shape, frames[0].dtype, len(frames), item_length,
+                      seed, frames)
+        return ReverbThreads(reverb, data)
+
+    return _guard("reverb_threads", build)
 
 
 def reverb_structured(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,

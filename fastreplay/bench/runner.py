@@ -1,12 +1,15 @@
 """``fastreplay bench``: the standard workloads of DESIGN.md section 6 on
 fastreplay and, in the same process, on every installed peer.
 
-Every workload has one fastreplay *baseline* row; a peer row's ratio is the
+Most workloads have one fastreplay *baseline* row; a peer row's ratio is the
 peer's median divided by the baseline's (for times: how many times longer the
-peer takes).  Medians are over ``rounds`` timed rounds after one warm-up
-round; a round of a microsecond-scale call runs it ``inner`` times.  Peers
-that are not installed, or fail to build, are recorded as skipped with the
-reason, never as an error.
+peer takes).  A peer row with the variant of a fastreplay row (threads: as
+many writers) is divided by that row instead, and rates (steps/s) are
+inverted, fastreplay's over the peer's, so they read the same way.  Medians
+are over ``rounds`` timed rounds after one warm-up round; a round of a
+microsecond-scale call runs it ``inner`` times.  Peers that are not
+installed, or fail to build, are recorded as skipped with the reason, never
+as an error.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypeVar
 
 from fastreplay.bench import env, peers, workloads
 
 __all__ = ["FULL", "QUICK", "WORKLOADS", "Config", "Result", "Run", "Skipped", "run"]
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,18 +343,26 @@ def _memory(cfg: Config, rec: _Recorder) -> None:
                    m["item_payload_bytes"], "B", "step", 1, kind="reference"))
 
 
+def _thread_rounds(cfg: Config, run: Callable[[int], _T]) -> dict[int, list[_T]]:
+    """``run(n)`` ``thread_rounds`` times for every thread count n.  Rounds
+    interleave the counts, so drift on a shared machine hits every count alike."""
+    runs: dict[int, list[_T]] = {n: [] for n in cfg.threads}
+    for _ in range(cfg.thread_rounds):
+        for n in cfg.threads:
+            runs[n].append(run(n))
+    return runs
+
+
+def _writers(n: int) -> str:
+    return f"{n} writer{'s' if n > 1 else ''}"
+
+
 def _threads(cfg: Config, rec: _Recorder) -> None:
     for sampler in (False, True):
-        # Rounds interleave the thread counts, so drift on a shared machine
-        # hits every count alike.
-        runs: dict[int, list[tuple[float, float]]] = {n: [] for n in cfg.threads}
-        for _ in range(cfg.thread_rounds):
-            for n in cfg.threads:
-                runs[n].append(workloads.concurrent_throughput(
-                    n, cfg.thread_steps, sampler=sampler))
+        runs = _thread_rounds(cfg, partial(
+            workloads.concurrent_throughput, steps=cfg.thread_steps, sampler=sampler))
         for n in cfg.threads:
-            label = f"{n} writer{'s' if n > 1 else ''}"
-            label += " + 1 sampler" if sampler else ""
+            label = _writers(n) + (" + 1 sampler" if sampler else "")
             rec.add(Result("threads", "fastreplay", f"{label}: steps",
                            statistics.median(r[0] for r in runs[n]), "steps/s", "",
                            cfg.thread_rounds))
@@ -357,6 +370,23 @@ def _threads(cfg: Config, rec: _Recorder) -> None:
                 rec.add(Result("threads", "fastreplay", f"{label}: sampled items",
                                statistics.median(r[1] for r in runs[n]), "items/s",
                                "", cfg.thread_rounds))
+    from fastreplay.bench import reverb_peer
+
+    p = rec.peer("threads", "dm-reverb", partial(
+        reverb_peer.reverb_threads, workloads.atari_frames(64)), "reverb_threads")
+    if p is None:
+        return
+    try:
+        steps = _thread_rounds(cfg, lambda n: p.run(n, cfg.thread_steps))
+    finally:
+        p.close()
+    for n in cfg.threads:  # ratio: to fastreplay's row with as many writers
+        rec.add(Result("threads", "dm-reverb", f"{_writers(n)}: steps",
+                       statistics.median(steps[n]), "steps/s", "", cfg.thread_rounds,
+                       kind="peer"))
+    if p.suppressed_lines:  # "pending items is alarmingly high"
+        rec.log.write(f"  {'':<10} ({p.suppressed_lines} lines of reverb stderr"
+                      f" hidden: {p.last_suppressed[:90]})\n")
 
 
 WORKLOADS = [
@@ -381,7 +411,8 @@ WORKLOADS = [
     Workload("memory", "Bytes per stored step, overlapping length-5 items of "
              "Atari-like frames", (), _memory),
     Workload("threads", "Aggregate throughput: 1, 2, 4 writer threads (Atari "
-             "steps), alone and with one sample_batch thread", (), _threads),
+             "steps), alone and with one sample_batch thread", ("dm-reverb",),
+             _threads),
 ]
 WORKLOAD_NAMES = [w.name for w in WORKLOADS]
 
@@ -407,12 +438,18 @@ def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = Non
 
 
 def _ratios(results: list[Result]) -> None:
+    """A non-fastreplay row's ratio is to the fastreplay row of its workload
+    with the same variant (threads: as many writers), else to the baseline;
+    for rates (unit ".../s") it is inverted, so that it too is how many times
+    longer the row takes than fastreplay."""
     base = {r.workload: r for r in results if r.baseline}
+    same = {(r.workload, r.variant): r for r in results if r.kind == "fastreplay"}
     for r in results:
-        b = base.get(r.workload)
+        b = same.get((r.workload, r.variant), base.get(r.workload))
         if (b is not None and r.kind != "fastreplay" and r.unit == b.unit
-                and r.per == b.per and b.median > 0):
-            r.ratio = r.median / b.median
+                and r.per == b.per and b.median > 0 and r.median > 0):
+            rate = r.unit.endswith("/s")
+            r.ratio = b.median / r.median if rate else r.median / b.median
 
 
 # ----- values as text (fastreplay.bench.report formats whole runs) -----
