@@ -282,8 +282,11 @@ cdef class TableCore:
         cdef int rc
         cdef uint64_t *payloads = &yv[0] if with_data else NULL
         with nogil:
+            fr_handoff_release()  # after the GIL is dropped
             rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0],
                                  &tv[0], &sv[0], payloads, &done)
+            fr_handoff_wait()
+        fr_handoff_acquired()
         if rc != FR_OK:
             _raise_for_status(rc, self._ctx())
         data = None
@@ -323,7 +326,10 @@ cdef class TableCore:
             raise MemoryError()
         try:
             with nogil:
+                fr_handoff_release()  # after the GIL is dropped
                 rc = fr_table_sample(self._t, n, tns, kv, bv, qv, tv, sv, yv, &done)
+                fr_handoff_wait()
+            fr_handoff_acquired()
             if rc != FR_OK:
                 _raise_for_status(rc, self._ctx())
             columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name)
