@@ -26,7 +26,7 @@ int fr_keymap_init(fr_keymap *m) {
 }
 
 void fr_keymap_free(fr_keymap *m) {
-    free(m->b);
+    if (m->b) fr_free_large(m->b, (m->mask + 1) * sizeof *m->b);
     m->b = NULL;
     m->size = 0;
 }
@@ -52,7 +52,7 @@ static int grow(fr_keymap *m) {
     }
     for (size_t i = 0; i <= old.mask; i++)
         if (old.b[i].val >= 0) raw_put(m, old.b[i].key, (int32_t)old.b[i].val);
-    free(old.b);
+    fr_free_large(old.b, (old.mask + 1) * sizeof *old.b);
     return FR_OK;
 }
 

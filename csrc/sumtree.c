@@ -10,11 +10,20 @@
 
 static size_t round_up(size_t n, size_t k) { return (n + k - 1) / k * k; }
 
+static size_t level_bytes(size_t n) { return round_up(n * sizeof(double), ALIGN); }
+
 static double *alloc_zeroed(size_t n) {
-    size_t bytes = round_up(n * sizeof(double), ALIGN);
+    size_t bytes = level_bytes(n);
     double *p = bytes >= FR_HUGE_MIN ? fr_alloc_large(bytes) : aligned_alloc(ALIGN, bytes);
     if (p) memset(p, 0, n * sizeof(double));
     return p;
+}
+
+/* Free a level of n doubles made by alloc_zeroed. */
+static void free_level(double *p, size_t n) {
+    size_t bytes = level_bytes(n);
+    if (bytes >= FR_HUGE_MIN) fr_free_large(p, bytes);
+    else free(p);
 }
 
 /* Build the level shape for `capacity` leaves into t (allocating zeroed
@@ -37,7 +46,7 @@ static int alloc_levels(fr_sumtree *t, size_t capacity) {
     t->capacity = capacity < 1 ? 1 : capacity;
     return FR_OK;
 fail:
-    for (int i = 0; i < d; i++) free(t->levels[i]);
+    for (int i = 0; i < d; i++) free_level(t->levels[i], t->width[i]);
     memset(t, 0, sizeof *t);
     return FR_ENOMEM;
 }
@@ -47,7 +56,7 @@ int fr_sumtree_init(fr_sumtree *t, size_t capacity) {
 }
 
 void fr_sumtree_free(fr_sumtree *t) {
-    for (int i = 0; i < t->depth; i++) free(t->levels[i]);
+    for (int i = 0; i < t->depth; i++) free_level(t->levels[i], t->width[i]);
     memset(t, 0, sizeof *t);
 }
 

@@ -30,9 +30,10 @@ static int wait_until(fr_table *t, pthread_cond_t *cv, int64_t deadline) {
  * free stack. */
 static int grow_slots(fr_table *t, size_t cap) {
     if (cap > INT32_MAX) return FR_EFULL;
-    if (fr_grow_large((void **)&t->items, t->capacity * sizeof *t->items,
+    if (fr_grow_large((void **)&t->items, t->items_cap * sizeof *t->items,
                       cap * sizeof *t->items))
         return FR_ENOMEM;
+    t->items_cap = cap;
     int32_t *fs = realloc(t->free_slots, cap * sizeof *fs);
     if (!fs) return FR_ENOMEM;
     t->free_slots = fs;
@@ -117,7 +118,7 @@ void fr_table_free(fr_table *t) {
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
     fr_keymap_free(&t->index);
-    free(t->items);
+    fr_free_large(t->items, t->items_cap * sizeof *t->items);
     free(t->free_slots);
     free(t->scratch);
     free(t->scratch_slots);

@@ -23,6 +23,7 @@ struct fr_table {
     fr_rate_limiter limiter;
     fr_keymap index;      /* key -> slot */
     fr_item *items;       /* by slot */
+    size_t items_cap;     /* slots allocated in items (>= capacity) */
     int32_t *free_slots;  /* stack of unused slots */
     int64_t num_free;
     size_t capacity;
