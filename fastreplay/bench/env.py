@@ -105,7 +105,8 @@ def commit() -> str | None:
     """Short git commit of the fastreplay checkout in use (None when it is
     not a git checkout, e.g. an installed wheel); '+dirty' marks local
     changes to tracked files."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # realpath: a venv may reach the checkout through a symlink.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     if not os.path.exists(os.path.join(root, ".git")):
         return None
     try:
