@@ -5,6 +5,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +40,30 @@ static void register_fork_handler(void) {
     pthread_atfork(NULL, NULL, forget_other_threads);
 }
 
+/* Whole cores a CPU quota allows (cgroup v2 cpu.max, else v1
+ * cfs_quota_us / cfs_period_us, as a container sees its own cgroup), at
+ * least 1; 0 when no quota is set or none can be read.  A container
+ * limited to one core must not spin although the machine has more. */
+static int quota_cores(void) {
+    long long quota = -1, period = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char max[32] = "";
+        if (fscanf(f, "%31s %lld", max, &period) == 2 && strcmp(max, "max") != 0)
+            quota = atoll(max);
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%lld", &quota) != 1) quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+            if (fscanf(f, "%lld", &period) != 1) period = 0;
+            fclose(f);
+        }
+    }
+    if (quota <= 0 || period <= 0) return 0;
+    return quota / period > 0 ? (int)(quota / period) : 1;
+}
+
 static int cores(void) {
     int n = atomic_load_explicit(&ncpu, memory_order_relaxed);
     if (n > 0) return n;
@@ -47,10 +74,14 @@ static int cores(void) {
     n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
 #endif
     if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int q = quota_cores();
+    if (q > 0 && q < n) n = q;
     if (n <= 0) n = 1;
     atomic_store_explicit(&ncpu, n, memory_order_relaxed);
     return n;
 }
+
+int fr_handoff_cores(void) { return cores(); }
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -25,4 +25,8 @@ void fr_handoff_wait(void);
 /* First thing with the GIL again. */
 void fr_handoff_acquired(void);
 
+/* Cores the spin rule counts: the affinity mask, capped by a cgroup CPU
+ * quota (at least 1). */
+int fr_handoff_cores(void);
+
 #endif /* FASTREPLAY_HANDOFF_H */

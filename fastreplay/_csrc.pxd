@@ -29,6 +29,7 @@ cdef extern from "handoff.h" nogil:
     void fr_handoff_release()
     void fr_handoff_wait()
     void fr_handoff_acquired()
+    int fr_handoff_cores()
 
 
 cdef extern from "chunk.h" nogil:

@@ -52,6 +52,11 @@ def _install_lz4() -> bool:
 LZ4_AVAILABLE = _install_lz4()
 
 
+def _handoff_cores() -> int:
+    """Cores the GIL hand-off counts (csrc/handoff.h), for tests."""
+    return fr_handoff_cores()
+
+
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)

@@ -142,3 +142,31 @@ def test_child_forked_while_writer_threads_run_can_write() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(table) == 2 * 398
+
+
+def expected_cores() -> int:
+    """The hand-off's rule in Python: affinity, capped by a cgroup quota."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    quota, period = -1, 0
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            q, p = f.read().split()[:2]
+            quota, period = (-1 if q == "max" else int(q)), int(p)
+    except OSError:
+        try:
+            with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+                quota = int(f.read())
+            with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+                period = int(f.read())
+        except OSError:
+            pass
+    if quota > 0 and period > 0:
+        n = min(n, max(1, quota // period))
+    return max(1, n)
+
+
+def test_hand_off_counts_the_cores_a_container_may_use() -> None:
+    from fastreplay import _core
+
+    assert _core._handoff_cores() == expected_cores()
