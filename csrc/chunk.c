@@ -7,6 +7,7 @@
 static fr_lz4_compress_fn lz4_compress;
 static fr_lz4_decompress_fn lz4_decompress;
 static fr_lz4_bound_fn lz4_bound;
+static fr_lz4_partial_fn lz4_partial;
 
 void fr_codec_install(fr_lz4_compress_fn compress,
                       fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound) {
@@ -22,6 +23,8 @@ void fr_codec_install(fr_lz4_compress_fn compress,
 }
 
 int fr_codec_available(void) { return lz4_compress != NULL; }
+
+void fr_codec_install_partial(fr_lz4_partial_fn partial) { lz4_partial = partial; }
 
 fr_store *fr_store_new(void) {
     fr_store *s = calloc(1, sizeof *s);
@@ -179,8 +182,23 @@ fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
 }
 
 const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch) {
+    int32_t decoded;
+    return fr_chunk_rows_upto(c, scratch, c->n_rows, &decoded);
+}
+
+const unsigned char *fr_chunk_rows_upto(const fr_chunk *c, void *scratch,
+                                        int32_t rows, int32_t *decoded) {
+    *decoded = c->n_rows;
     if (!c->compressed) return c->data;
     int64_t raw_n = (int64_t)c->n_rows * c->row_bytes;
+    int64_t want = (int64_t)(rows < c->n_rows ? rows : c->n_rows) * c->row_bytes;
+    if (lz4_partial && want < raw_n) {
+        int got = lz4_partial((const char *)c->data, scratch, (int)c->stored_bytes,
+                              (int)want, (int)raw_n);
+        if (got < want || got > raw_n) return NULL;
+        *decoded = (int32_t)(got / c->row_bytes);
+        return scratch;
+    }
     int got = lz4_decompress ? lz4_decompress((const char *)c->data, scratch,
                                               (int)c->stored_bytes, (int)raw_n)
                              : -1;
@@ -189,7 +207,8 @@ const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch) {
 
 int fr_chunk_read(const fr_chunk *c, int32_t offset, int32_t length, void *dst,
                   void *scratch) {
-    const unsigned char *rows = fr_chunk_rows(c, scratch);
+    int32_t decoded;
+    const unsigned char *rows = fr_chunk_rows_upto(c, scratch, offset + length, &decoded);
     if (!rows) return FR_ECORRUPT;
     memcpy(dst, rows + (int64_t)offset * c->row_bytes,
            (size_t)((int64_t)length * c->row_bytes));

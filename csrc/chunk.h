@@ -23,6 +23,10 @@ typedef int (*fr_lz4_compress_fn)(const char *src, char *dst, int src_size,
 typedef int (*fr_lz4_decompress_fn)(const char *src, char *dst,
                                     int compressed_size, int dst_capacity);
 typedef int (*fr_lz4_bound_fn)(int input_size);
+/* LZ4_decompress_safe_partial: decode at least target bytes (or the whole
+ * block), returning the bytes decoded, at most dst_capacity. */
+typedef int (*fr_lz4_partial_fn)(const char *src, char *dst, int compressed_size,
+                                 int target, int dst_capacity);
 
 /* Install the LZ4 block functions (any may be NULL to disable compression).
  * Call once, before any chunk is finalized. */
@@ -30,6 +34,8 @@ void fr_codec_install(fr_lz4_compress_fn compress,
                       fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound);
 /* Whether compression is available. */
 int fr_codec_available(void);
+/* Install partial decompression (NULL: chunks are always decoded whole). */
+void fr_codec_install_partial(fr_lz4_partial_fn partial);
 
 /* Accounting shared by every chunk of one server (or standalone writer). */
 typedef struct fr_store {
@@ -93,5 +99,11 @@ int fr_chunk_read(const fr_chunk *c, int32_t offset, int32_t length, void *dst,
 /* Pointer to the raw rows of a ready chunk: its own data when uncompressed,
  * else `scratch` after decompressing into it.  NULL on corrupt data. */
 const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch);
+
+/* As fr_chunk_rows, but a compressed chunk is decoded only as far as its
+ * first `rows` rows need (LZ4 blocks decode front to back); *decoded gets
+ * the number of whole rows that are valid (at least `rows`). */
+const unsigned char *fr_chunk_rows_upto(const fr_chunk *c, void *scratch,
+                                        int32_t rows, int32_t *decoded);
 
 #endif /* FASTREPLAY_CHUNK_H */

@@ -150,21 +150,23 @@ void fr_trajectory_payload_release(void *ctx, uint64_t payload) {
     if (payload) fr_trajectory_release((fr_trajectory *)(uintptr_t)payload);
 }
 
-/* Rows of a ready chunk, decompressed through a small direct-mapped cache
- * of (chunk, rows) entries laid out as [slots][keys | rows]. */
-static const unsigned char *cached_rows(const fr_chunk *c, void *cache,
-                                        int64_t each, int32_t slots) {
+/* Rows of a ready chunk (at least its first `need` rows valid), decoded
+ * through a small direct-mapped cache laid out as [slots][keys | rows]: a
+ * slot keeps a chunk and how many rows of it are decoded. */
+static const unsigned char *cached_rows(const fr_chunk *c, void *cache, int64_t each,
+                                        int32_t slots, int32_t need) {
     if (!c->compressed) return c->data;
-    int64_t need = (int64_t)c->n_rows * c->row_bytes;
-    if (slots <= 0 || need > each) return NULL;
-    const fr_chunk **keys = cache;
-    unsigned char *rows = (unsigned char *)cache + (size_t)slots * sizeof(void *);
+    if (slots <= 0 || (int64_t)c->n_rows * c->row_bytes > each) return NULL;
+    fr_gather_key *keys = cache;
+    unsigned char *rows = (unsigned char *)cache + (size_t)slots * sizeof *keys;
     size_t h = (size_t)((c->key * 0x9e3779b97f4a7c15ULL) >> 32) % (size_t)slots;
     unsigned char *slot = rows + (size_t)h * (size_t)each;
-    if (keys[h] == c) return slot;
-    keys[h] = NULL;
-    if (!fr_chunk_rows(c, slot)) return NULL;
-    keys[h] = c;
+    if (keys[h].chunk == c && keys[h].rows >= need) return slot;
+    keys[h].chunk = NULL;
+    int32_t decoded;
+    if (!fr_chunk_rows_upto(c, slot, need, &decoded)) return NULL;
+    keys[h].chunk = c;
+    keys[h].rows = decoded;
     return slot;
 }
 
@@ -262,8 +264,8 @@ int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
         unsigned char *dst = base + b * item_stride;
         for (int32_t i = 0; i < c->n_slices; i++) {
             const fr_slice *s = &ts[b]->slices[c->first_slice + i];
-            const unsigned char *rows =
-                cached_rows(s->chunk, cache, cache_bytes_each, cache_slots);
+            const unsigned char *rows = cached_rows(s->chunk, cache, cache_bytes_each,
+                                                    cache_slots, s->offset + s->length);
             if (!rows) return FR_ECORRUPT;
             size_t bytes = (size_t)s->length * (size_t)s->chunk->row_bytes;
             memcpy(dst, rows + (int64_t)s->offset * s->chunk->row_bytes, bytes);

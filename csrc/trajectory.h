@@ -88,12 +88,19 @@ int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
 int fr_trajectories_check(fr_trajectory *const *ts, int64_t n, int64_t *scratch,
                           int32_t *bad_column);
 
+/* A gather cache slot's key: the chunk and how many of its rows are decoded. */
+typedef struct fr_gather_key {
+    const struct fr_chunk *chunk;
+    int64_t rows;
+} fr_gather_key;
+
 /* Copy column `col` of n trajectories into out: item b's rows start at
  * out + b * item_stride bytes.  Every trajectory must have that column with
  * the same spec and length (the caller checks).  Compressed chunks are
- * decompressed once per call even when several items share them: `cache`
- * holds up to cache_slots (chunk, rows) pairs of cache_bytes_each bytes.
- * FR_OK or FR_ECORRUPT. */
+ * decoded once per call even when several items share them, and only as far
+ * as the rows items use: `cache` holds cache_slots fr_gather_keys (zeroed
+ * before a column) followed by cache_slots rows buffers of cache_bytes_each
+ * bytes.  FR_OK or FR_ECORRUPT. */
 int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
                            void *out, int64_t item_stride, void *cache,
                            int64_t cache_bytes_each, int32_t cache_slots);

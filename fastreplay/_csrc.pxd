@@ -39,6 +39,9 @@ cdef extern from "chunk.h" nogil:
                                         int compressed_size,
                                         int dst_capacity) noexcept nogil
     ctypedef int (*fr_lz4_bound_fn)(int input_size) noexcept nogil
+    ctypedef int (*fr_lz4_partial_fn)(const char *src, char *dst, int compressed_size,
+                                      int target, int dst_capacity) noexcept nogil
+    void fr_codec_install_partial(fr_lz4_partial_fn partial)
     void fr_codec_install(fr_lz4_compress_fn compress,
                           fr_lz4_decompress_fn decompress, fr_lz4_bound_fn bound)
     int fr_codec_available()
@@ -182,6 +185,8 @@ cdef extern from "table.h" nogil:
 
 
 cdef extern from "trajectory.h" nogil:
+    ctypedef struct fr_gather_key:
+        pass
     enum:
         FR_MAX_NDIM
     ctypedef struct fr_spec:

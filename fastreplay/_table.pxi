@@ -72,7 +72,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     columns, squeeze = [], []
     cdef void **outs = <void **>malloc(max(n_cols, 1) * sizeof(void *))
     cdef int64_t *strides = <int64_t *>malloc(max(n_cols, 1) * sizeof(int64_t))
-    cdef size_t cache_n = _CACHE_SLOTS * (8 + most) + 8
+    cdef size_t cache_n = _CACHE_SLOTS * (sizeof(fr_gather_key) + most) + 8
     cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
     try:
         if not outs or not strides or not cache:
@@ -90,7 +90,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             for c in range(n_cols):
                 if strides[c] == 0:
                     continue
-                memset(cache, 0, _CACHE_SLOTS * 8)  # forget other columns' chunks
+                # Forget other columns' chunks.
+                memset(cache, 0, _CACHE_SLOTS * sizeof(fr_gather_key))
                 rc = fr_trajectories_gather(ts, n, c, outs[c], strides[c], cache,
                                             most, _CACHE_SLOTS)
                 if rc != FR_OK:

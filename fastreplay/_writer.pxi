@@ -43,9 +43,14 @@ def _install_lz4() -> bool:
                ("LZ4_compress_default", "LZ4_decompress_safe", "LZ4_compressBound")]
     except (ImportError, OSError, AttributeError):
         return False
-    cdef size_t c = fns[0], d = fns[1], b = fns[2]
+    cdef size_t c = fns[0], d = fns[1], b = fns[2], p = 0
     fr_codec_install(<fr_lz4_compress_fn>c, <fr_lz4_decompress_fn>d,
                      <fr_lz4_bound_fn>b)
+    try:  # optional: reads then decode a chunk only as far as they need
+        p = ctypes.cast(lib.LZ4_decompress_safe_partial, ctypes.c_void_p).value or 0
+    except AttributeError:
+        pass
+    fr_codec_install_partial(<fr_lz4_partial_fn>p)
     return bool(fr_codec_available())
 
 
