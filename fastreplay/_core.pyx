@@ -162,6 +162,7 @@ def priority_weight(double priority, double exponent) -> float:
     return fr_priority_weight(priority, exponent)
 
 
+include "_outpool.pxi"
 include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"

@@ -25,6 +25,11 @@ cdef extern from "fr_common.h" nogil:
         FR_ECORRUPT
 
 
+cdef extern from "mem.h" nogil:
+    void *fr_alloc_large(size_t n)
+    void fr_free_large(void *p, size_t n)
+
+
 cdef extern from "handoff.h" nogil:
     void fr_handoff_release()
     void fr_handoff_wait()

@@ -80,8 +80,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
         for c in range(n_cols):  # allocate with the GIL ...
             first = &ts[0].columns[c]
             shape, dtype = _spec_info(first.spec)
-            out = np.empty((n,) + (() if first.squeeze else (first.length,)) + shape,
-                           dtype=dtype)
+            out = _empty_output((n,) + (() if first.squeeze else (first.length,)) + shape,
+                                dtype)
             outs[c], strides[c] = _data_of(out), out.nbytes // n
             columns.append(out)
             squeeze.append(bool(first.squeeze))

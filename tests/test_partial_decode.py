@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fastreplay import ChunkStore, ConstantChunkerOptions, Server, Table, TrajectoryWriter
+from fastreplay import (
+    ChunkStore,
+    ConstantChunkerOptions,
+    Server,
+    Table,
+    TrajectoryWriter,
+)
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 
