@@ -77,6 +77,7 @@ from fastreplay.bench.peers import (  # noqa: F401 (UNAVAILABLE re-exported)
     UNAVAILABLE,
     _guard,
 )
+from fastreplay.bench.workloads import run_threads
 
 TABLE = "bench"
 EPISODE_STEPS = 1_000
@@ -151,6 +152,13 @@ def _native_stderr_to(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+def _prioritized_table(reverb: Any) -> Any:
+    """The writer workloads' table: Prioritized(0.6), Fifo, 1e6, MinSize(1)."""
+    return reverb.Table(TABLE, reverb.selectors.Prioritized(0.6),
+                        reverb.selectors.Fifo(), 1_000_000,
+                        reverb.rate_limiters.MinSize(1))
+
+
 class _Peer:
     """A reverb.Server with one table plus a client connected over localhost."""
 
@@ -193,9 +201,7 @@ class ReverbWriter(_Peer):
     """Writer workload; see the module docstring."""
 
     def __init__(self, reverb: Any, steps: _Steps) -> None:
-        super().__init__(reverb, reverb.Table(
-            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
-            1_000_000, reverb.rate_limiters.MinSize(1)))
+        super().__init__(reverb, _prioritized_table(reverb))
         self.steps = steps
         self.writer = self.client.trajectory_writer(
             num_keep_alive_refs=steps.item_length)
@@ -214,9 +220,7 @@ class ReverbStructured(_Peer):
 
     def __init__(self, reverb: Any, steps: _Steps, via: str, flush_every: int,
                  episode_steps: int) -> None:
-        super().__init__(reverb, reverb.Table(
-            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
-            1_000_000, reverb.rate_limiters.MinSize(1)))
+        super().__init__(reverb, _prioritized_table(reverb))
         self.steps, self.via = steps, via
         self.flush_every, self.episode_steps = flush_every, episode_steps
         length = steps.item_length
@@ -308,9 +312,7 @@ class ReverbThreads(_Peer):
     """Writer threads workload; see the module docstring."""
 
     def __init__(self, reverb: Any, steps: _Steps) -> None:
-        super().__init__(reverb, reverb.Table(
-            TABLE, reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
-            1_000_000, reverb.rate_limiters.MinSize(1)))
+        super().__init__(reverb, _prioritized_table(reverb))
         self.steps = steps
 
     def run(self, writers: int, n_steps: int) -> float:
@@ -333,12 +335,7 @@ class ReverbThreads(_Peer):
             threads = [threading.Thread(target=write, args=(w, self.steps.restarted()))
                        for w in handles]
             with self._stderr_hidden():  # "pending items is alarmingly high"
-                t0 = time.perf_counter()
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                wall = time.perf_counter() - t0
+                wall = run_threads(threads)
         finally:
             for w in handles:
                 w.close()

@@ -309,6 +309,16 @@ def stored_bytes_per_step(steps: int = 2000) -> dict[str, float]:
             "stored_over_raw": stored / raw_step}
 
 
+def run_threads(threads: list[threading.Thread]) -> float:
+    """Start every thread, join them all; the wall time in seconds."""
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def concurrent_throughput(writers: int, steps: int, batch: int = 256,
                           sampler: bool = True) -> tuple[float, float]:
     """``writers`` threads each write ``steps`` Atari steps (one length-5 item
@@ -335,12 +345,7 @@ def concurrent_throughput(writers: int, steps: int, batch: int = 256,
     threads = [threading.Thread(target=w.run, args=(steps,)) for w in works]
     sampling = threading.Thread(target=sample if sampler else done.wait)
     sampling.start()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_threads(threads)
     done.set()
     sampling.join()
     for w in works:
