@@ -24,7 +24,7 @@ _SUPPORTED_KINDS = "biufc"
 # against 65k/60k/59k.)  Every such release goes through csrc/handoff.h, so
 # a writer taking the GIL back spins behind another writer's Python instead
 # of sleeping: 1/2/4 writers, no sampler, 117/199/185k steps/s against
-# 119/142/108k (/tmp/ab.py in the issue 3 note).
+# 119/142/108k (benchmarks/threads_ab.py).
 DEF _NOGIL_MIN_BYTES = 16384
 
 
@@ -46,7 +46,7 @@ def _install_lz4() -> bool:
     cdef size_t c = fns[0], d = fns[1], b = fns[2], p = 0
     fr_codec_install(<fr_lz4_compress_fn>c, <fr_lz4_decompress_fn>d,
                      <fr_lz4_bound_fn>b)
-    try:  # optional: reads then decode a chunk only as far as they need
+    try:  # optional: lets reads decode a chunk only as far as they need
         p = ctypes.cast(lib.LZ4_decompress_safe_partial, ctypes.c_void_p).value or 0
     except AttributeError:
         pass
