@@ -36,6 +36,8 @@ static void forget_other_threads(void) {
     atomic_store(&busy, 0);
 }
 
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
 static void register_fork_handler(void) {
     pthread_atfork(NULL, NULL, forget_other_threads);
 }
@@ -67,8 +69,6 @@ static int quota_cores(void) {
 static int cores(void) {
     int n = atomic_load_explicit(&ncpu, memory_order_relaxed);
     if (n > 0) return n;
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_fork_handler);
 #if defined(CPU_COUNT)
     cpu_set_t set;
     n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
@@ -92,6 +92,8 @@ static inline void cpu_relax(void) {
 }
 
 void fr_handoff_release(void) {
+    /* Before the first count, so a fork after it resets the count. */
+    pthread_once(&fork_handler_once, register_fork_handler);
     uintptr_t me = (uintptr_t)&token;
     atomic_compare_exchange_strong(&holder, &me, 0);
     atomic_fetch_add_explicit(&busy, 1, memory_order_relaxed);

@@ -10,6 +10,10 @@
  * only while no core is oversubscribed) until that holder releases the GIL
  * for its own append, and then takes it without sleeping.
  *
+ * Only sections that compute belong here, not ones that may block (a rate
+ * limiter wait): "no core is oversubscribed" counts every thread inside a
+ * section as busy.
+ *
  * Advisory only: which thread actually gets the GIL is still CPython's
  * business, so any interleaving stays correct.  The calls take no locks.
  */

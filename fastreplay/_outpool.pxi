@@ -8,7 +8,7 @@
 # their buffer alive, and when the last array dies the memory goes back to a
 # small pool for the next batch, instead of to the OS.
 
-from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 DEF _POOL_MIN_BYTES = 1 << 20
 DEF _POOL_SLOTS = 4
@@ -80,9 +80,11 @@ cdef class _PooledBuffer:
     cdef void *_p
     cdef size_t _n     # bytes exposed
     cdef size_t _size  # bytes allocated (what fr_free_large needs)
+    cdef Py_ssize_t _shape[1]
 
     def __cinit__(self, size_t n):
         self._n = self._size = n
+        self._shape[0] = <Py_ssize_t>n
         self._p = _pool_take(n, &self._size)
         if self._p == NULL:
             self._p = fr_alloc_large(n)
@@ -90,7 +92,22 @@ cdef class _PooledBuffer:
                 raise MemoryError()
 
     def __getbuffer__(self, Py_buffer *view, int flags):
-        PyBuffer_FillInfo(view, self, self._p, <Py_ssize_t>self._n, 0, flags)
+        # Filled field by field: Cython's wrapper has set view.obj to None
+        # (a reference it releases only if view.obj is still None), which
+        # PyBuffer_FillInfo would overwrite and leak.
+        view.buf = self._p
+        view.obj = self
+        view.len = self._shape[0]
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = NULL
+        if flags & PyBUF_FORMAT:
+            view.format = b"B"
+        view.ndim = 1
+        view.shape = self._shape if flags & PyBUF_ND else NULL
+        view.strides = &view.itemsize if flags & PyBUF_STRIDES else NULL
+        view.suboffsets = NULL
+        view.internal = NULL
 
     def __dealloc__(self):
         if self._p != NULL:

@@ -282,12 +282,9 @@ cdef class TableCore:
         cdef int64_t done = 0
         cdef int rc
         cdef uint64_t *payloads = &yv[0] if with_data else NULL
-        with nogil:
-            fr_handoff_release()  # after the GIL is dropped
+        with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0],
                                  &tv[0], &sv[0], payloads, &done)
-            fr_handoff_wait()
-        fr_handoff_acquired()
         if rc != FR_OK:
             _raise_for_status(rc, self._ctx())
         data = None
@@ -326,11 +323,8 @@ cdef class TableCore:
         if yv == NULL:
             raise MemoryError()
         try:
-            with nogil:
-                fr_handoff_release()  # after the GIL is dropped
+            with nogil:  # may wait for the rate limiter: not a hand-off section
                 rc = fr_table_sample(self._t, n, tns, kv, bv, qv, tv, sv, yv, &done)
-                fr_handoff_wait()
-            fr_handoff_acquired()
             if rc != FR_OK:
                 _raise_for_status(rc, self._ctx())
             columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name)

@@ -5,6 +5,7 @@ lives, and only then does the next batch reuse the memory."""
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import numpy as np
@@ -78,3 +79,14 @@ def test_memory_is_reused_once_every_view_is_gone() -> None:
     for item, ts in zip(x, data3["t"], strict=True):  # every byte rewritten
         np.testing.assert_array_equal(item, np.stack([STEPS[t] for t in ts]))
     server.stop()
+
+
+def test_exporting_pooled_memory_leaks_no_reference() -> None:
+    # Regression: the buffer export once leaked a reference to None per
+    # sample_batch column (Cython presets view.obj to None).
+    before = sys.getrefcount(None)
+    for _ in range(1000):
+        a = np.frombuffer(_core._PooledBuffer(2 << 20), dtype=np.uint8)
+        view = memoryview(a)
+        del view, a
+    assert sys.getrefcount(None) - before < 100
