@@ -28,6 +28,8 @@ def insert_rows(
     priorities: npt.ArrayLike,
     chunk_key: int,
     timeout: float | None = None,
+    num_keep_alive_refs: int = 1,
+    max_chunk_length: int | None = None,
 ) -> int: ...
 def export_items(
     table: TableCore,
@@ -87,14 +89,12 @@ class TableCore:
         self,
         key: int,
         priority: float,
-        payload: int = 0,
         timeout: float | None = None,
     ) -> None: ...
     def insert_many(
         self,
         keys: npt.ArrayLike,
         priorities: npt.ArrayLike,
-        payloads: npt.ArrayLike | None = None,
         timeout: float | None = None,
     ) -> int: ...
     def sample(
@@ -130,7 +130,7 @@ class TableCore:
     def can_insert(self, n: int) -> bool: ...
     def size(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
-    def get(self, key: int) -> tuple[int, float, int, int, int] | None: ...
+    def get(self, key: int) -> tuple[int, float, int, int, bool] | None: ...
     def items(self) -> npt.NDArray[Any]: ...
 
 @disjoint_base

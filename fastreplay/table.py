@@ -326,7 +326,7 @@ class Table:
         ------
         InvalidPriorityError, DeadlineExceededError, TableClosedError
         """
-        self._core.insert(key, priority, 0, timeout)
+        self._core.insert(key, priority, timeout)
 
     def insert_batch(
         self,
@@ -339,7 +339,7 @@ class Table:
 
         Every priority is validated before the first insert.
         """
-        return int(self._core.insert_many(keys, priorities, None, timeout))
+        return int(self._core.insert_many(keys, priorities, timeout))
 
     def sample(
         self, num_samples: int = 1, *, timeout: float | None = None
@@ -409,7 +409,7 @@ class Table:
 
     def items(self) -> np.ndarray:
         """Structured array of every item in insertion order (key, priority,
-        times_sampled, inserted_seq, payload)."""
+        times_sampled, inserted_seq, has_data)."""
         return self._core.items()  # type: ignore[no-any-return, unused-ignore]
 
     def reset(self) -> None:
