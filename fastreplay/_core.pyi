@@ -146,9 +146,16 @@ class ChunkStore:
     def stats(self) -> dict[str, int]: ...
 
 @disjoint_base
+class _WriterLock:
+    def __enter__(self) -> _WriterLock: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+@disjoint_base
 class WriterCore:
     @property
     def store(self) -> ChunkStore: ...
+    @property
+    def lock(self) -> _WriterLock: ...
     def __init__(
         self,
         store: ChunkStore,

@@ -87,7 +87,12 @@ cdef class StructuredCore:
         """Append one (partial) step given as the flat list of all step
         values (None where absent), then create every item whose config now
         applies.  Returns the number of items created."""
-        return self._append(flat, partial)
+        cdef _WriterLock lock = self.core.lock
+        lock.acquire()
+        try:
+            return self._append(flat, partial)
+        finally:
+            lock.release()
 
     cdef int64_t _append(self, list flat, bint partial) except -1:
         if len(flat) != self.num_flat:
@@ -126,9 +131,10 @@ cdef class StructuredCore:
     def end_episode(self, bint clear_buffers, timeout) -> bool:
         """Create the items of configs conditioned on is_end_episode, then end
         the writer's episode; False when the flush timed out."""
-        self._evaluate(1)
-        done = self.core.end_episode(clear_buffers, timeout)
-        fr_sw_end_episode(self._s)
+        with self.core.lock:
+            self._evaluate(1)
+            done = self.core.end_episode(clear_buffers, timeout)
+            fr_sw_end_episode(self._s)
         return done
 
 
@@ -174,4 +180,10 @@ cdef class _StructuredBase:
         flat = None if self._plan is None else self._plan.flatten(data)
         if flat is None:
             flat = self._flatten_general(data)
-        self._sw._append(flat, partial_step)
+        cdef StructuredCore sw = self._sw
+        cdef _WriterLock lock = sw.core.lock  # one thread at a time
+        lock.acquire()
+        try:
+            sw._append(flat, partial_step)
+        finally:
+            lock.release()
