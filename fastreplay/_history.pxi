@@ -20,7 +20,7 @@ cdef class WeakCellRef:
     cdef readonly int32_t _col
     cdef readonly int64_t _id
 
-    def __init__(self, WriterCore core, int32_t col, int64_t cell) -> None:
+    def __init__(self, WriterCore core not None, int32_t col, int64_t cell) -> None:
         self._core, self._col, self._id = core, col, cell
 
     @property
@@ -238,7 +238,7 @@ cdef class ColumnHistory:
     cdef readonly int32_t _col
     cdef readonly object _path
 
-    def __init__(self, WriterCore core, int32_t col, path) -> None:
+    def __init__(self, WriterCore core not None, int32_t col, path) -> None:
         core._check_col(col)
         self._core, self._col, self._path = core, col, path
 

@@ -36,7 +36,7 @@ cdef class StructuredCore:
     def __cinit__(self, *args, **kwargs):
         self._s = NULL
 
-    def __init__(self, WriterCore core, Py_ssize_t num_flat, list stored,
+    def __init__(self, WriterCore core not None, Py_ssize_t num_flat, list stored,
                  list data_sources, list configs) -> None:
         cdef Py_ssize_t n = len(configs), i, k
         cdef Py_ssize_t n_nodes = sum(len(c[1]) for c in configs)
