@@ -342,7 +342,7 @@ def test_crash_regressions() -> None:
                 f()
         t = fastreplay.Table("t", sel.Uniform(), sel.Fifo(), 10, rl.MinSize(1))
         with pytest.raises(TypeError):
-            t._core.insert(1, 1.0, 12345678)
+            t._core.insert(1, 1.0, payload=12345678)  # no payload pointer any more
         client = fastreplay.Server([t]).localhost_client()
         with pytest.raises(ValueError, match="num_workers"):  # hung, starting 2**64 threads
             client.dataset("t", 1, num_workers=2**64, timeout=0)  # no payload pointer any more
