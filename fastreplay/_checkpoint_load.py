@@ -238,10 +238,15 @@ def _check_manifest(m: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]
         if len(counters) != 3:
             raise errors.DataLossError(f"checkpoint manifest: table {name!r} counters")
         for c in counters:
-            _int(c, f"table {name!r} counter", -(1 << 62), 1 << 62)
+            _int(c, f"table {name!r} counter", 0, 1 << 62)
+        if counters[0] - counters[2] != e["num_items"]:
+            raise errors.DataLossError(
+                f"checkpoint manifest: table {name!r} rate-limiter counters "
+                f"{counters} (inserts, samples, deletes) do not match its "
+                f"{e['num_items']} items")
         stats = _typed(e.get("stats"), dict, f"table {name!r} stats")
         for k, v in stats.items():
-            _int(v, f"table {name!r} stats[{k!r}]", -(1 << 62), 1 << 62)
+            _int(v, f"table {name!r} stats[{k!r}]", 0, 1 << 62)
         specs = _typed(e.get("specs"), list, f"table {name!r} specs")
         if len(specs) > MAX_SPECS:
             raise errors.DataLossError(f"checkpoint manifest: table {name!r} specs")
