@@ -10,12 +10,11 @@ import pathlib
 
 import numpy as np
 import pytest
+from checkpoint_forge import save_manifest
 
 import fastreplay as reverb
 from fastreplay import errors
 from fastreplay.checkpointers import DefaultCheckpointer
-
-from checkpoint_forge import save_manifest
 
 
 def make_tables(sampler: str = "prioritized") -> list[reverb.Table]:

@@ -15,11 +15,6 @@ import threading
 
 import numpy as np
 import pytest
-
-import fastreplay as reverb
-from fastreplay import errors
-from fastreplay._checkpoint_load import CHUNK
-from fastreplay.checkpointers import DefaultCheckpointer
 from checkpoint_forge import (
     checkpoint_dir,
     load_manifest,
@@ -29,6 +24,11 @@ from checkpoint_forge import (
     small_tables,
     write_small,
 )
+
+import fastreplay as reverb
+from fastreplay import errors
+from fastreplay._checkpoint_load import CHUNK
+from fastreplay.checkpointers import DefaultCheckpointer
 
 
 @pytest.fixture
