@@ -124,7 +124,7 @@ class _Folder:
             os.close(fd)
 
     def verify(self, name: str, expect: Mapping[str, int]) -> None:
-        fd, size = self.open(name)
+        fd, size = self.open(name, expect["bytes"])  # size before reading
         crc, got = 0, 0
         try:
             while block := os.read(fd, 1 << 20):
