@@ -209,12 +209,15 @@ class DefaultCheckpointer(CheckpointerBase):
     def _new_stamp(self) -> str:
         """A timestamp name later than every checkpoint under the root."""
         newest = self.latest()
-        last = os.path.basename(newest) if newest else ""
-        while True:
-            stamp = datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y%m%dT%H%M%S%fZ")  # sortable, and valid on every filesystem
-            if stamp > last and not os.path.lexists(os.path.join(self._root, stamp)):
-                return stamp
+        fmt = "%Y%m%dT%H%M%S%fZ"  # sortable, and valid on every filesystem
+        when = datetime.datetime.now(datetime.timezone.utc)
+        if newest:  # never older than the newest (a clock set back, or ties)
+            last = datetime.datetime.strptime(os.path.basename(newest), fmt)
+            when = max(when, last.replace(tzinfo=datetime.timezone.utc)
+                       + datetime.timedelta(microseconds=1))
+        while os.path.lexists(os.path.join(self._root, when.strftime(fmt))):
+            when += datetime.timedelta(microseconds=1)
+        return when.strftime(fmt)
 
     def _prune(self, keep: str) -> None:
         """Delete this checkpointer's checkpoints older than ``keep``."""

@@ -328,6 +328,15 @@ def test_pruning_deletes_only_this_checkpointers_checkpoints(tmp_path) -> None:
     assert os.path.isdir(new)
 
 
+def test_a_checkpoint_dated_in_the_future_does_not_stall_saves(tmp_path) -> None:
+    future = write_small(str(tmp_path))
+    later = os.path.join(str(tmp_path), "29991231T235959999999Z")
+    os.rename(future, later)  # as if the clock had been set back
+    newest = write_small(str(tmp_path))
+    assert os.path.basename(newest) > os.path.basename(later)
+    assert os.listdir(tmp_path) == [os.path.basename(newest)]
+
+
 def test_symlinked_checkpoint_is_not_taken_as_latest(tmp_path) -> None:
     real = write_small(str(tmp_path / "a"))
     root = tmp_path / "b"
