@@ -69,7 +69,7 @@ def test_threads_appending_to_one_trajectory_writer() -> None:
         run(4, fn)
         w.flush()
         assert len(w.history["i"]) == 4 * 400
-        keys, _, _, _, _, cols, _ = t._core.sample_batch(500)
+        cols = t._core.sample_batch(500)[5]
         assert set(cols[0].reshape(-1).tolist()) <= set(range(1600))
         w.end_episode()
         assert len(t) == 1600
