@@ -131,7 +131,8 @@ def restore_chunk(ChunkStore store not None, dict meta, bytes data) -> ChunkHand
     return ChunkHandle.adopt(c)
 
 
-def restore_item(TableCore table not None, uint64_t key, double priority, int64_t times_sampled,
+def restore_item(TableCore table not None, uint64_t key, double priority,
+                 int64_t times_sampled,
                  columns, dict chunks, int32_t structure_id=0) -> None:
     """Add a checkpointed item (see export_items) without touching the rate
     limiter.  Chunk ids refer to ``chunks`` (id -> ChunkHandle); ``columns``

@@ -474,7 +474,8 @@ cdef class WriterCore:
         self.lock = _WriterLock()
         self._paths = []
 
-    def __init__(self, ChunkStore store not None, uint64_t seed, int32_t num_keep_alive_refs,
+    def __init__(self, ChunkStore store not None, uint64_t seed,
+                 int32_t num_keep_alive_refs,
                  max_chunk_length=None, double throughput_weight=1.0) -> None:
         cdef fr_chunker_options o
         if self._w != NULL:
@@ -691,7 +692,8 @@ cdef class WriterCore:
         _raise_for_status(rc, f"column {self._paths[col]}")
         return out
 
-    def create_item(self, TableCore table not None, double priority, list columns) -> int:
+    def create_item(self, TableCore table not None, double priority,
+                    list columns) -> int:
         """Queue an item whose trajectory columns are the TrajectoryColumn
         objects ``columns`` (in flatten order).  Returns the item's key."""
         self.lock.acquire()
@@ -823,7 +825,8 @@ cdef class WriterCore:
         return True
 
 
-def insert_rows(TableCore table not None, ChunkStore store not None, list names, list values, keys,
+def insert_rows(TableCore table not None, ChunkStore store not None, list names,
+                list values, keys,
                 priorities, uint64_t chunk_key, timeout=None,
                 int32_t num_keep_alive_refs=1, max_chunk_length=None) -> int:
     """Insert len(keys) one-step items: row r of every value (leading axis
@@ -851,7 +854,8 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
     cdef int rc
     try:
         with nogil:  # may wait for the rate limiter: not a hand-off section
-            rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs, step.a.rows, n,
+            rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs,
+                                step.a.rows, n,
                                 &kv[0], &pv[0], &o, chunk_key, tns, &done, &bad)
     finally:
         step.release()

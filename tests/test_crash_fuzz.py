@@ -150,7 +150,8 @@ def bad_values():
         0.5, -1.5, float("nan"), float("inf"), -float("inf"), True,
         "x", "", b"\x00", [], [1, 2], [[1], [2, 3]], (), {}, {"x": 1}, {"t": 1.0},
         np.zeros(0), np.zeros(3, np.float32), np.zeros((2, 2)), np.array([np.nan]),
-        np.arange(4, dtype=np.uint64), np.array(["a"]), np.zeros((1, 2, 1, 1, 1, 1, 1, 1, 2)),
+        np.arange(4, dtype=np.uint64), np.array(["a"]),
+        np.zeros((1, 2, 1, 1, 1, 1, 1, 1, 2)),
         np.int64(-1), np.float64("nan"), np.zeros(3, np.float32)[::2],
         object(), _core.ChunkStore(), t, t._core, w, w._core, closed_table()._core,
         closed_writer()._core, w.history["x"], w.history["x"][-1:],
@@ -183,7 +184,6 @@ def call(label, fn, args, kwargs):
         _call(fn, args, kwargs)
     finally:
         if time.perf_counter() - t0 > 0.05:
-            print("SLOW", time.perf_counter() - t0, label, repr(args)[:150], file=sys.stderr, flush=True)
             SLOW.append((time.perf_counter() - t0, label, repr(args)[:100]))
 
 def _call(fn, args, kwargs):
@@ -221,9 +221,10 @@ def fuzz(label, fn, budget):
     # Each bad value in each position, the others plausible ...
     for i, p in enumerate(ps):
         for v in rng.sample(BAD, min(len(BAD), max(4, budget // max(n, 1)))):
-            if p.name in TIMEOUT_NAMES and (v is None or isinstance(v, (int, float))
-                                            and not (isinstance(v, float) and math.isnan(v))
-                                            and v > 0):
+            waits = v is None or (isinstance(v, (int, float))
+                                  and not (isinstance(v, float) and math.isnan(v))
+                                  and v > 0)
+            if p.name in TIMEOUT_NAMES and waits:
                 continue  # a wait is legitimate
             args, kwargs = base()
             if p.kind == p.KEYWORD_ONLY:
@@ -344,8 +345,9 @@ def test_crash_regressions() -> None:
         with pytest.raises(TypeError):
             t._core.insert(1, 1.0, payload=12345678)  # no payload pointer any more
         client = fastreplay.Server([t]).localhost_client()
-        with pytest.raises(ValueError, match="num_workers"):  # hung, starting 2**64 threads
-            client.dataset("t", 1, num_workers=2**64, timeout=0)  # no payload pointer any more
+        # hung, starting 2**64 threads
+        with pytest.raises(ValueError, match="num_workers"):
+            client.dataset("t", 1, num_workers=2**64, timeout=0)
         assert "payload" not in t._core.items().dtype.names
     """)
 
