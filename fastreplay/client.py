@@ -158,7 +158,7 @@ class Client:
         """
         target = self._table(table)
         keys, probs, prios, times, sizes, columns, _ = target._core.sample_batch(
-            batch_size, timeout
+            target._num_samples(batch_size), timeout
         )
         info = SampleInfoBatch(keys, probs, sizes, prios, times)
         structure = target.signature if target.signature is not None \

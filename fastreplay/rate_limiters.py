@@ -36,7 +36,7 @@ def _positive_int(name: str, value: object) -> int:
     try:
         if isinstance(value, bool):
             raise TypeError
-        n = operator.index(value)  # type: ignore[call-overload]
+        n = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(
             f"{name} ({value!r}) must be a positive integer, got "
@@ -151,7 +151,7 @@ class SampleToInsertRatio(RateLimiter):
             min_diff, max_diff = offset - buffer, offset + buffer
         else:
             try:
-                lo, hi = error_buffer
+                lo, hi = error_buffer  # type: ignore[misc]
             except (TypeError, ValueError):
                 raise TypeError(
                     "error_buffer must be a number or a (min_diff, max_diff) pair, "
