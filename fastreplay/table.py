@@ -111,8 +111,11 @@ def _keys(table: str, keys: Any) -> np.ndarray:
         return arr.astype(np.uint64)
     if arr.size == 0:
         return np.empty(0, dtype=np.uint64)
-    if arr.dtype.kind == "O":  # Python ints beyond int64
-        return np.array([_key(table, k) for k in arr], dtype=np.uint64)
+    if arr.dtype.kind == "O" or not isinstance(keys, np.ndarray):
+        # Python ints beyond int64 (numpy makes a list mixing them with
+        # smaller ones float64): convert one by one, refusing floats.
+        items = list(keys) if isinstance(keys, (list, tuple)) else arr.tolist()
+        return np.array([_key(table, k) for k in items], dtype=np.uint64)
     raise TypeError(f"Table '{table}': keys must be integers, got dtype "
                     f"{arr.dtype}")
 
