@@ -72,8 +72,9 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
  * like Reverb (empty trajectory FR_EEMPTY, NaN priority FR_EPRIORITY_NAN,
  * the table's priority rules, then per column: FR_EEMPTY for an empty
  * column, FR_EEXPIRED, FR_ESQUEEZE, FR_EDTYPE, FR_ESHAPE with *bad_column /
- * *bad_ref set).  *key receives the
- * new item's random key. */
+ * *bad_ref set).  FR_EASYNC (before any check of the trajectory) when an
+ * earlier item failed on its way into a table (fr_writer_take_failure).
+ * *key receives the new item's random key. */
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           int32_t n_columns, const int32_t *lens,
                           const uint8_t *squeeze, const int32_t *cols,

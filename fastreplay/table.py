@@ -175,8 +175,13 @@ class Table:
         remover, a rate limiter already used by another table, extensions,
         or an unsupported signature.
     TypeError
-        A sampler or remover that is not a selector, or a rate limiter that
-        is not a ``RateLimiter``.
+        A sampler or remover that is not a selector, a rate limiter that
+        is not a ``RateLimiter``, or a ``max_size``/``max_times_sampled``
+        that is not an integer.
+
+    Keys (``insert``, ``update_priorities``, ``mutate_priorities``,
+    ``delete``, ``get``) must be integers in [0, 2**64): a float key raises
+    ``TypeError`` rather than being truncated.
     """
 
     def __init__(
