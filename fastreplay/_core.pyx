@@ -148,6 +148,15 @@ cdef int _raise_interrupt() except -1:
     raise exc
 
 
+def _after_fork_in_child() -> None:
+    # The forking thread is the child's main thread (and Python's).
+    global _MAIN_THREAD
+    _MAIN_THREAD = PyThread_get_thread_ident()
+
+
+import os as _os
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 fr_interrupt_install(_interrupt_hook)
 
 
