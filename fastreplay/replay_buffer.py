@@ -129,7 +129,7 @@ class ReplayBuffer:
         beta = float(beta)
         if not (beta >= 0 and math.isfinite(beta)):
             raise ValueError(f"beta ({beta}) must be finite and >= 0")
-        keys, probs, prios, times, sizes, columns, _ = self._table._core.sample_batch(
+        keys, probs, prios, times, sizes, columns, *_ = self._table._core.sample_batch(
             self._table._num_samples(batch_size), timeout
         )
         assert self._fields is not None
