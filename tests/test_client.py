@@ -407,9 +407,9 @@ class TestClientBasics:
         assert dist.num_unique_samples == 0
         assert dist.max_size == 1000
         assert dist.max_times_sampled == 0
-        assert isinstance(dist.sampler_options, sel.Prioritized)
-        assert dist.sampler_options.priority_exponent == 1.0
-        assert isinstance(dist.remover_options, sel.Fifo)
+        assert dist.sampler_options.HasField("prioritized")
+        assert dist.sampler_options.prioritized.priority_exponent == 1.0
+        assert dist.remover_options.fifo
         assert dist.signature is None
         rli = dist.rate_limiter_info
         assert rli.samples_per_insert == 1.0
@@ -428,7 +428,7 @@ class TestClientBasics:
         queue = info["queue"]
         assert queue.max_size == 100
         assert queue.max_times_sampled == 1
-        assert isinstance(queue.sampler_options, sel.Fifo)
+        assert queue.sampler_options.fifo
         assert queue.rate_limiter_info.max_diff == 100
         assert info["signed"].signature == SIGNATURE
         assert client.server_info(timeout=1.0).keys() == info.keys()
