@@ -16,6 +16,7 @@ __all__ = [
     "InvalidPriorityError",
     "ReverbError",
     "TableClosedError",
+    "UnavailableError",
 ]
 
 
@@ -49,3 +50,8 @@ class FailedPreconditionError(ReverbError, RuntimeError):
 
 class DataLossError(ReverbError, RuntimeError):
     """Stored data failed to decode (corrupt chunk or checkpoint)."""
+
+
+class UnavailableError(ReverbError, RuntimeError):
+    """No server answers at the client's address (Reverb's UNAVAILABLE, which
+    its Python client raises as RuntimeError)."""
