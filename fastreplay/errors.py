@@ -17,6 +17,7 @@ __all__ = [
     "ReverbError",
     "TableClosedError",
     "UnavailableError",
+    "HistoryIndexError",
 ]
 
 
@@ -55,3 +56,9 @@ class DataLossError(ReverbError, RuntimeError):
 class UnavailableError(ReverbError, RuntimeError):
     """No server answers at the client's address (Reverb's UNAVAILABLE, which
     its Python client raises as RuntimeError)."""
+
+
+class HistoryIndexError(ReverbError, IndexError, ValueError):
+    """A history index outside the appended steps.  Reverb raises
+    ValueError for an index before the first step (IndexError past the
+    last), so both ``except`` clauses catch it."""
