@@ -185,7 +185,7 @@ class Writer:
             self._writer.flush(block_until_num_items=self._max_in_flight_items)
 
     def _trajectory(self, table: str, num_timesteps: int, priority: float
-                    ) -> list[Any]:
+                    ) -> Any:
         if num_timesteps < 1:
             raise ValueError(
                 f"num_timesteps ({num_timesteps}) must be a positive integer")
@@ -237,7 +237,9 @@ class Writer:
 
 
 def _spec_dtype(spec: Any) -> np.dtype[Any]:
-    return np.dtype(getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
+    dtype: np.dtype[Any] = np.dtype(getattr(spec.dtype, "as_numpy_dtype",
+                                            spec.dtype))
+    return dtype
 
 
 def _compatible(want: tuple[int | None, ...] | None, got: tuple[int, ...]) -> bool:

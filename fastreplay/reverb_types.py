@@ -180,7 +180,8 @@ class KeyDistributionOptions(_Message):
         if kind in ("min_heap", "max_heap"):
             return cls(heap=cls.Heap(kind == "min_heap"), is_deterministic=det)
         if kind in ("fifo", "uniform", "lifo"):
-            return cls(**{kind: True}, is_deterministic=det)
+            return cls(fifo=kind == "fifo", uniform=kind == "uniform",
+                       lifo=kind == "lifo", is_deterministic=det)
         raise ValueError(f"unknown selector kind {kind!r}")
 
 
