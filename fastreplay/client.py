@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _nest, errors, structured_writer
-from fastreplay.legacy_writer import Writer
+from fastreplay.legacy_writer import Writer, check_step_signature
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
 from fastreplay.server import Server, lookup
 from fastreplay.table import Table, TableInfo
@@ -177,17 +177,25 @@ class Client:
         """
         if not priorities:
             raise ValueError("priorities must contain at least one item")
-        for name in priorities:
-            self._table(name)
-        writer = self.writer(1)
+        targets = [self._table(name) for name in priorities]
+        server = self._server
+        # The legacy writer's rules without its per-call overhead: one step,
+        # each signature checked against it (or the length-1 trajectory),
+        # every table checked before any item is created.
+        writer = TrajectoryWriter(server._tables, 1, validate_items=False,
+                                  chunk_store=server.chunk_store)
         try:
             writer.append(data)
-            writer._create_items([(name, 1, priority)
-                                  for name, priority in priorities.items()])
-        except BaseException:
-            writer._discard()
-            raise
-        writer.close()
+            step = _nest.map_structure(lambda h: h[-1:], writer.history)
+            for target in targets:
+                if target.signature is not None:
+                    check_step_signature(target.name, target.signature,
+                                         _nest.flatten(step), 1)
+            for name, priority in priorities.items():
+                writer.create_item(name, priority, step)
+            writer.flush()
+        finally:
+            writer.close()
 
     # ----- sampling -----
 

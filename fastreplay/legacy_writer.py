@@ -204,7 +204,7 @@ class Writer:
             raise ValueError(f"Unable to create item in table '{table}' since the "
                              "table could not be found.")
         if target.signature is not None:
-            _check_steps(table, target.signature, trajectory, num_timesteps)
+            check_step_signature(table, target.signature, trajectory, num_timesteps)
         return _nest.unflatten_as(self._structure, trajectory)
 
     def flush(self) -> None:
@@ -262,8 +262,8 @@ def _same_dtype(want: np.dtype[Any], got: np.dtype[Any]) -> bool:
     return want == got
 
 
-def _check_steps(table: str, signature: Any, columns: list[Any],
-                 num_timesteps: int) -> None:
+def check_step_signature(table: str, signature: Any, columns: list[Any],
+                         num_timesteps: int) -> None:
     """Reverb's legacy rule: each timestep (or the whole trajectory) must
     match the flattened table signature."""
     specs = _nest.flatten(signature)
