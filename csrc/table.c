@@ -92,6 +92,7 @@ int fr_table_create(int sampler_kind, double sampler_exponent,
     int rc = fr_selector_init(&t->sampler, sampler_kind, sampler_exponent, 0);
     if (rc == FR_OK) rc = fr_selector_init(&t->remover, remover_kind, remover_exponent, 0);
     if (rc == FR_OK) rc = fr_keymap_init(&t->index);
+    if (rc == FR_OK) rc = fr_keymap_init(&t->episodes);
     if (rc == FR_OK && (pthread_mutex_init(&t->mu, NULL) ||
                         fr_init_cond(&t->can_insert_cv) ||
                         fr_init_cond(&t->can_sample_cv)))
@@ -100,6 +101,7 @@ int fr_table_create(int sampler_kind, double sampler_exponent,
         fr_selector_free(&t->sampler);
         fr_selector_free(&t->remover);
         fr_keymap_free(&t->index);
+        fr_keymap_free(&t->episodes);
         free(t);
         return rc;
     }
@@ -122,6 +124,7 @@ static void remove_slot(fr_table *t, int32_t slot) {
     fr_selector_remove(&t->sampler, slot);
     fr_selector_remove(&t->remover, slot);
     fr_keymap_del(&t->index, it->key);
+    fr_table_episodes_remove(t, it->payload);
     fr_table_release_payload(t, it->payload);
     t->free_slots[t->num_free++] = slot;
     t->limiter.deletes++;
@@ -140,6 +143,7 @@ void fr_table_free(fr_table *t) {
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
     fr_keymap_free(&t->index);
+    fr_keymap_free(&t->episodes);
     fr_free_large(t->items, t->items_cap * sizeof *t->items);
     free(t->free_slots);
     free(t->scratch);
@@ -195,6 +199,10 @@ int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
     if (rc != FR_OK) return rc;
     slot = t->free_slots[t->num_free - 1];
     if ((rc = fr_keymap_put(&t->index, key, slot)) != FR_OK) return rc;
+    if ((rc = fr_table_episodes_add(t, payload)) != FR_OK) {
+        fr_keymap_del(&t->index, key);
+        return rc;
+    }
     t->num_free--;
     t->items[slot] = (fr_item){key, priority, 0, t->next_seq++, payload};
     fr_selector_insert(&t->sampler, slot, priority);
@@ -423,6 +431,7 @@ void fr_table_reset(fr_table *t) {
         if (t->index.b[b].val >= 0)
             fr_table_release_payload(t, t->items[t->index.b[b].val].payload);
     fr_keymap_clear(&t->index);
+    fr_keymap_clear(&t->episodes);
     fr_selector_clear(&t->sampler);
     fr_selector_clear(&t->remover);
     t->num_free = 0;

@@ -12,7 +12,9 @@
  * Items carry an opaque 64-bit payload.  The table calls ops.release on it
  * when the item leaves the table and ops.retain on every payload it returns
  * from sample (the caller then owns that reference).  NULL hooks mean plain
- * values.
+ * values.  ops.episodes, when set, names the episodes a payload's data comes
+ * from: the table counts, per episode id, the items that reference it
+ * (Reverb's num_episodes and num_deleted_episodes).
  */
 #ifndef FASTREPLAY_TABLE_H
 #define FASTREPLAY_TABLE_H
@@ -29,6 +31,12 @@ typedef struct fr_payload_ops {
     void (*retain)(void *ctx, uint64_t payload);
     void (*release)(void *ctx, uint64_t payload);
     void *ctx;
+    /* Page through the episode ids of payload's data: write the episode of
+     * each run of same-episode data from position *pos on into out (at most
+     * cap), advance *pos, and return how many were written (0 at the end).
+     * Start with *pos = 0; the same payload always yields the same runs. */
+    int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
+                        uint64_t *out, int32_t cap);
 } fr_payload_ops;
 
 typedef struct fr_item {
@@ -53,6 +61,8 @@ typedef struct fr_table_stats {
     int64_t rl_inserts, rl_samples, rl_deletes; /* rate-limiter counters */
     int64_t insert_stall_ns, sample_stall_ns;   /* time spent blocked */
     int64_t num_insert_stalls, num_sample_stalls;
+    int64_t num_episodes;         /* episodes referenced by current items */
+    int64_t num_deleted_episodes; /* episodes whose last item left */
 } fr_table_stats;
 
 typedef struct fr_table fr_table;
@@ -175,7 +185,8 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
                     const double *priorities, int64_t n_deletes,
                     const uint64_t *delete_keys, int64_t *bad_index);
 
-/* Remove every item and zero the rate-limiter and table counters. */
+/* Remove every item and zero the rate-limiter and table counters (episode
+ * counts included). */
 void fr_table_reset(fr_table *t);
 
 int fr_table_can_sample(fr_table *t, int64_t n);
@@ -191,7 +202,8 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out);
 int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
                           int64_t times_sampled, uint64_t payload);
 
-/* Checkpoint restore: set the rate-limiter counters and statistics. */
+/* Checkpoint restore: set the rate-limiter counters and statistics
+ * (num_episodes stays what the restored items reference). */
 void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
                                int64_t deletes, const fr_table_stats *stats);
 

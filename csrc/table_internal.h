@@ -22,6 +22,7 @@ struct fr_table {
     fr_selector sampler, remover;
     fr_rate_limiter limiter;
     fr_keymap index;      /* key -> slot */
+    fr_keymap episodes;   /* episode id -> number of items referencing it */
     fr_item *items;       /* by slot */
     size_t items_cap;     /* slots allocated in items (>= capacity) */
     int32_t *free_slots;  /* stack of unused slots */
@@ -76,6 +77,12 @@ int fr_table_check_locked(const fr_table *t, double priority);
 int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
                            uint64_t payload);
 void fr_table_release_payload(fr_table *t, uint64_t payload);
+/* Count the episodes of a payload entering the table: FR_OK, or FR_ENOMEM
+ * with nothing counted. */
+int fr_table_episodes_add(fr_table *t, uint64_t payload);
+/* Uncount them when it leaves; an episode no item references any more counts
+ * as deleted. */
+void fr_table_episodes_remove(fr_table *t, uint64_t payload);
 /* Insert queued async items while the rate limiter admits them. */
 void fr_table_drain_queue(fr_table *t);
 /* Discard every queued async insert (closing or freeing the table). */

@@ -119,6 +119,10 @@ int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
  * trajectory). */
 void fr_trajectory_payload_retain(void *ctx, uint64_t payload);
 void fr_trajectory_payload_release(void *ctx, uint64_t payload);
+/* fr_payload_ops.episodes: the episode of each run of consecutive slices
+ * from one episode, in slice order. */
+int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
+                                       uint64_t *out, int32_t cap);
 
 /* Raw size of the largest chunk the trajectory references. */
 int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t);

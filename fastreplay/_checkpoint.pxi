@@ -228,4 +228,5 @@ def restore_counters(TableCore table, int64_t inserts, int64_t samples,
     st.num_deletes = stats.get("num_deletes", 0)
     st.num_evictions = stats.get("num_evictions", 0)
     st.num_expired = stats.get("num_expired", 0)
+    st.num_deleted_episodes = stats.get("num_deleted_episodes", 0)
     fr_table_restore_counters(table._t, inserts, samples, deletes, &st)

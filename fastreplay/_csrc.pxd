@@ -134,6 +134,8 @@ cdef extern from "table.h" nogil:
         void (*retain)(void *ctx, uint64_t payload) noexcept nogil
         void (*release)(void *ctx, uint64_t payload) noexcept nogil
         void *ctx
+        int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
+                            uint64_t *out, int32_t cap) noexcept nogil
 
     ctypedef struct fr_item:
         uint64_t key
@@ -160,6 +162,8 @@ cdef extern from "table.h" nogil:
         int64_t sample_stall_ns
         int64_t num_insert_stalls
         int64_t num_sample_stalls
+        int64_t num_episodes
+        int64_t num_deleted_episodes
 
     ctypedef struct fr_table:
         pass
@@ -249,6 +253,8 @@ cdef extern from "trajectory.h" nogil:
     const fr_spec *fr_spec_intern(const fr_spec *s)
     void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
+    int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
+                                           uint64_t *out, int32_t cap) noexcept nogil
 
 
 cdef extern from "column.h" nogil:

@@ -12,6 +12,7 @@ cdef fr_payload_ops _TRAJECTORY_OPS
 _TRAJECTORY_OPS.retain = fr_trajectory_payload_retain
 _TRAJECTORY_OPS.release = fr_trajectory_payload_release
 _TRAJECTORY_OPS.ctx = NULL
+_TRAJECTORY_OPS.episodes = fr_trajectory_payload_episodes
 
 
 cdef object _dtype_of(const fr_spec *spec):

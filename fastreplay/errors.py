@@ -12,11 +12,13 @@ __all__ = [
     "DataLossError",
     "DeadlineExceededError",
     "FailedPreconditionError",
-    "InvalidArgumentError",
+    "HistoryIndexError",
     "InternalError",
+    "InvalidArgumentError",
     "InvalidPriorityError",
     "ReverbError",
     "TableClosedError",
+    "UnavailableError",
 ]
 
 
@@ -54,3 +56,14 @@ class DataLossError(ReverbError, RuntimeError):
 
 class InternalError(ReverbError, RuntimeError):
     """The core failed in a way no argument explains (Reverb's INTERNAL)."""
+
+
+class UnavailableError(ReverbError, RuntimeError):
+    """No server answers at the client's address (Reverb's UNAVAILABLE, which
+    its Python client raises as RuntimeError)."""
+
+
+class HistoryIndexError(ReverbError, IndexError, ValueError):
+    """A history index outside the appended steps.  Reverb raises
+    ValueError for an index before the first step (IndexError past the
+    last), so both ``except`` clauses catch it."""

@@ -12,7 +12,6 @@ in seconds (``None`` waits forever).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import operator
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,49 +24,20 @@ from fastreplay import _core
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.reverb_types import (
+    KeyDistributionOptions,
+    RateLimiterCallStats,
+    RateLimiterInfo,
+    TableInfo,
+    TableWorkerTime,
+)
 
-__all__ = ["CallStats", "RateLimiterInfo", "Table", "TableInfo"]
-
-
-@dataclasses.dataclass(frozen=True)
-class CallStats:
-    """Completed calls and time spent blocked by the rate limiter."""
-
-    completed: int
-    blocked: int
-    stall_seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class RateLimiterInfo:
-    samples_per_insert: float
-    min_diff: float
-    max_diff: float
-    min_size_to_sample: int
-    insert_stats: CallStats
-    sample_stats: CallStats
-    deletes: int
+__all__ = ["CallStats", "KeyDistributionOptions", "RateLimiterCallStats",
+           "RateLimiterInfo", "Table", "TableInfo", "TableWorkerTime"]
 
 
-@dataclasses.dataclass(frozen=True)
-class TableInfo:
-    """Reverb's TableInfo fields plus fastreplay's counters."""
-
-    name: str
-    sampler_options: sel.ItemSelector
-    remover_options: sel.ItemSelector
-    max_size: int
-    max_times_sampled: int
-    rate_limiter_info: RateLimiterInfo
-    signature: Any
-    current_size: int
-    num_unique_samples: int
-    num_inserts: int
-    num_samples: int
-    num_updates: int
-    num_deletes: int
-    num_evictions: int
-    num_expired: int
+#: fastreplay's earlier name of RateLimiterCallStats.
+CallStats = RateLimiterCallStats
 
 
 def _integer(table: str, what: str, value: object) -> int:
@@ -307,12 +277,13 @@ class Table:
 
     @property
     def info(self) -> TableInfo:
+        """Reverb's ``TableInfo`` of this table (a snapshot)."""
         s = self._core.stats()
         limiter = self._rate_limiter
         return TableInfo(
             name=self._name,
-            sampler_options=self._sampler,
-            remover_options=self._remover,
+            sampler_options=KeyDistributionOptions.from_selector(self._sampler),
+            remover_options=KeyDistributionOptions.from_selector(self._remover),
             max_size=self._max_size,
             max_times_sampled=self._max_times_sampled,
             rate_limiter_info=RateLimiterInfo(
@@ -320,11 +291,11 @@ class Table:
                 min_diff=limiter.min_diff,
                 max_diff=limiter.max_diff,
                 min_size_to_sample=limiter.min_size_to_sample,
-                insert_stats=CallStats(
+                insert_stats=RateLimiterCallStats(
                     s["rl_inserts"], s["num_insert_stalls"],
                     s["insert_stall_ns"] / 1e9,
                 ),
-                sample_stats=CallStats(
+                sample_stats=RateLimiterCallStats(
                     s["rl_samples"], s["num_sample_stalls"],
                     s["sample_stall_ns"] / 1e9,
                 ),
@@ -332,7 +303,13 @@ class Table:
             ),
             signature=self._signature,
             current_size=s["size"],
+            num_episodes=s["num_episodes"],
+            num_deleted_episodes=s["num_deleted_episodes"],
             num_unique_samples=s["num_unique_samples"],
+            table_worker_time=TableWorkerTime(
+                waiting_for_sampling_ms=s["insert_stall_ns"] // 1_000_000,
+                waiting_for_inserts_ms=s["sample_stall_ns"] // 1_000_000,
+            ),
             num_inserts=s["num_inserts"],
             num_samples=s["num_samples"],
             num_updates=s["num_updates"],
