@@ -15,6 +15,7 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
 from fastreplay import (  # Reverb's module names
     checkpointers,
     item_selectors,
+    pybind,
     reverb_types,
     structured_writer,
     trajectory_writer,
@@ -60,6 +61,7 @@ __all__ = [
     "checkpointers",
     "errors",
     "item_selectors",
+    "pybind",
     "rate_limiters",
     "reverb_types",
     "selectors",
