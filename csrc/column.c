@@ -56,11 +56,14 @@ int fr_should_compress(const fr_spec *spec) {
 }
 
 int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
-    c->ispec = fr_spec_intern(spec);
+    fr_spec s = *spec;
+    if (fr_spec_is_var(&s)) s.itemsize = 0, s.row_bytes = 0; /* one kind */
+    c->ispec = fr_spec_intern(&s);
     if (!c->ispec) return FR_ENOMEM;
-    c->spec = *spec;
+    c->spec = s;
     c->has_spec = 1;
-    c->compress = fr_should_compress(spec);
+    /* Variable-length cells are compressed by their own size (append_var). */
+    c->compress = fr_spec_is_var(&s) ? fr_codec_available() : fr_should_compress(&s);
     return FR_OK;
 }
 
@@ -132,6 +135,27 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
     if (c->buf_rows >= c->max_len) rc = fr_column_finalize(c);
     trim(c);
     return rc;
+}
+
+int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
+                         int64_t hpos, uint64_t episode_id, int64_t step,
+                         fr_rng *rng) {
+    if (len < 0) return FR_EINVAL;
+    fr_chunk *k = fr_chunk_new(c->store, fr_rng_next(rng), episode_id, len);
+    if (!k) return FR_ENOMEM;
+    int rc = fr_chunk_finalize(k, blob, 1, step, step,
+                               c->compress && len >= FR_COMPRESS_MIN_ROW_BYTES);
+    if (rc == FR_OK) {
+        if (c->cells_len == 0) c->cells_base = c->n_appended;
+        rc = push_cell(c, (fr_cell){k, 0, 0, hpos}); /* takes k's reference */
+    }
+    if (rc != FR_OK) {
+        fr_chunk_release(k);
+        return rc;
+    }
+    c->n_appended++;
+    trim(c);
+    return FR_OK;
 }
 
 int fr_column_reset(fr_column *c) {

@@ -90,6 +90,14 @@ int fr_column_set_spec(fr_column *c, const fr_spec *spec);
 int fr_column_append(fr_column *c, const void *row, int64_t hpos,
                      uint64_t episode_id, int64_t step, fr_rng *rng);
 
+/* Append one variable-length cell (fr_spec_is_var columns): the `len`-byte
+ * blob becomes the single row of a new finalized chunk (compressed when the
+ * column compresses and the blob has at least 256 bytes).  FR_OK or
+ * FR_ENOMEM. */
+int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
+                         int64_t hpos, uint64_t episode_id, int64_t step,
+                         fr_rng *rng);
+
 /* Finalize the open chunk, if any.  FR_OK or FR_ENOMEM. */
 int fr_column_finalize(fr_column *c);
 
@@ -116,7 +124,8 @@ static inline fr_cell *fr_column_cell(fr_column *c, int64_t id) {
 /* Pin / unpin an alive cell for a pending item. */
 void fr_column_pin(fr_column *c, int64_t id, int delta);
 
-/* Copy the row of alive cell `id` into dst; scratch holds one raw chunk. */
+/* Copy the row of alive cell `id` into dst; scratch holds one raw chunk.
+ * (A variable-length cell's row is its chunk's row_bytes long.) */
 int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch);
 
 /* Auto-tuning feedback: the item used n refs of this column, whose chunks

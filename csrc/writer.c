@@ -173,7 +173,11 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
         fr_column *c = &w->cols[cols[i]];
         if (!c->has_spec && (rc = fr_column_set_spec(c, &specs[i])) != FR_OK)
             return rc;
-        rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
+        rc = fr_spec_is_var(&c->spec)
+                 ? fr_column_append_var(c, rows[i], specs[i].row_bytes, w->hlen,
+                                        w->episode_id, step, &w->rng)
+                 : fr_column_append(c, rows[i], w->hlen, w->episode_id, step,
+                                    &w->rng);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
     }
@@ -382,6 +386,13 @@ int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns) {
 
 int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id) {
     return col >= 0 && col < w->n_cols && fr_column_cell(&w->cols[col], id) != NULL;
+}
+
+int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id) {
+    fr_cell *cell = fr_column_cell(&w->cols[col], id);
+    if (!cell) return FR_EEXPIRED;
+    return fr_spec_is_var(&w->cols[col].spec) ? cell->chunk->row_bytes
+                                              : w->cols[col].spec.row_bytes;
 }
 
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst) {

@@ -4,6 +4,7 @@
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
+    PyBUF_SIMPLE,
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
@@ -65,6 +66,8 @@ def _handoff_cores() -> int:
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)
+    if dt.kind in _TEXT_KINDS:
+        return "string"
     return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
 
 
@@ -207,6 +210,10 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         except (BufferError, ValueError):  # not C-contiguous: copy below
             kind = 0
     if kind == 0:
+        if not isinstance(v, (str, bytes)):
+            v = np.asarray(v)
+        if isinstance(v, (str, bytes)) or v.dtype.kind in _TEXT_KINDS:
+            return _step_put_text(s, v, path, batched)
         v = _as_native_array(v, path)
         PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
         kind = _format_kind(view.format)
@@ -219,7 +226,7 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         raise ValueError(
             f"column {path}: leading axis {view.shape[0]} "
             f"!= number of environments {batched}")
-    spec.dtype = kind
+    spec.dtype = ord(kind)
     spec.itemsize = view.itemsize
     spec.ndim = view.ndim - lead
     spec.row_bytes = view.itemsize
@@ -227,6 +234,33 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         spec.shape[d - lead] = view.shape[d]
         spec.row_bytes *= view.shape[d]
     s.strides[i] = spec.row_bytes
+    s.rows[i] = view.buf
+    s.total += view.len
+    s.n += 1
+    return 0
+
+
+cdef int _step_put_text(_StepArrays *s, object v, object path,
+                        Py_ssize_t batched) except -1:
+    """_step_put for a string or bytes value (see _strings.pxi): the
+    value is encoded into one blob, which the step holds as a buffer."""
+    if batched:
+        raise ValueError(
+            f"column {path}: string and bytes values cannot be appended for "
+            "several environments or rows at once; append them step by step")
+    kind, shape, blob = _encode_text(v, path)
+    cdef Py_ssize_t i = s.n, d
+    cdef fr_spec *spec = &s.specs[i]
+    cdef Py_buffer *view = &s.views[s.n_views]
+    PyObject_GetBuffer(blob, view, PyBUF_SIMPLE)
+    s.n_views += 1
+    spec.dtype = ord(kind)
+    spec.itemsize = 0
+    spec.ndim = len(shape)
+    for d in range(spec.ndim):
+        spec.shape[d] = shape[d]
+    spec.row_bytes = view.len  # the blob's length (the column's spec keeps 0)
+    s.strides[i] = view.len
     s.rows[i] = view.buf
     s.total += view.len
     s.n += 1
@@ -535,6 +569,8 @@ cdef class WriterCore:
     def read_cell(self, int32_t col, int64_t cell) -> np.ndarray:
         """The value of cell ``cell`` of column ``col`` (a copy)."""
         cdef fr_column *c = fr_writer_column(self._w, col)
+        if fr_spec_is_var(&c.spec):
+            return self._read_text_cell(c, col, cell)
         out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
         cdef unsigned char[::1] ov = out.reshape(-1).view(np.uint8)
         cdef unsigned char dummy = 0
@@ -546,6 +582,18 @@ cdef class WriterCore:
             raise RuntimeError("Cannot access data from expired WeakCellRef")
         _raise_for_status(rc, f"column {self._paths[col]}")
         return out
+
+    cdef object _read_text_cell(self, fr_column *c, int32_t col, int64_t cell):
+        cdef int64_t n = fr_writer_cell_bytes(self._w, col, cell)
+        if n == FR_EEXPIRED:
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
+        blob = PyBytes_FromStringAndSize(NULL, n)
+        cdef char *dst = PyBytes_AS_STRING(blob)
+        cdef int rc
+        with nogil:
+            rc = fr_writer_read_cell(self._w, col, cell, dst)
+        _raise_for_status(rc, f"column {self._paths[col]}")
+        return _decode_text(&c.spec, [blob], ())
 
     def create_item(self, TableCore table, double priority, list columns) -> int:
         """Queue an item whose trajectory columns are the TrajectoryColumn

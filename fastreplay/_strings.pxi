@@ -1,0 +1,129 @@
+# String and bytes columns: encoding of appended values into cell blobs and
+# decoding of stored blobs back into numpy arrays.  Included by _core.pyx.
+#
+# A string column has spec dtype 'U' (Python str, numpy str_, object arrays
+# of str) and a bytes column 'S' (bytes, numpy bytes_, object arrays of
+# bytes); itemsize and row_bytes are 0, so str_ values of any width are the
+# same column.  One cell of shape `shape` (N = prod(shape) elements) is one
+# blob: N little-endian uint32 byte lengths, then the N elements' bytes
+# (UTF-8 for strings, surrogates passed through).  The C core stores each
+# blob as the single row of its own chunk (csrc/trajectory.h,
+# fr_spec_is_var).  Strings are not a hot path: this runs per call in
+# Python-level Cython.  Stored blobs (a checkpoint may be hostile) are
+# parsed and bounds-checked, and only ever become str/bytes objects.
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+_TEXT_KINDS = "USO"  # numpy kinds stored as string or bytes columns
+_LENS = np.dtype("<u4")
+
+
+cdef tuple _encode_text(object v, object path):
+    """``(kind, shape, blob)`` of a str or bytes value, or of a numpy array
+    of kind 'U', 'S' or 'O' (whose objects must be all str or all bytes)."""
+    if isinstance(v, str):
+        kind, shape, items = b'U', (), [v]
+    elif isinstance(v, bytes):
+        kind, shape, items = b'S', (), [v]
+    else:
+        shape = tuple(v.shape)
+        if len(shape) > FR_MAX_NDIM:
+            raise ValueError(f"column {path}: expected at most {FR_MAX_NDIM} "
+                             f"dimensions, got {len(shape)}")
+        items = v.ravel().tolist()
+        if v.dtype.kind == "U":
+            kind = b'U'
+        elif v.dtype.kind == "S":
+            kind = b'S'
+        elif all(isinstance(x, str) for x in items):
+            kind = b'U'
+        elif all(isinstance(x, bytes) for x in items):
+            kind = b'S'
+        else:
+            bad = next(x for x in items if not isinstance(x, (str, bytes)))
+            raise TypeError(
+                f"Unsupported value for column {path}: an object array must hold "
+                f"only str or only bytes, got {type(bad).__name__}"
+                if not isinstance(bad, (str, bytes)) else
+                f"Unsupported value for column {path}: an object array mixes str "
+                "and bytes")
+    if kind == b'U':
+        items = [x.encode("utf-8", "surrogatepass") for x in items]
+    lens = [len(x) for x in items]
+    if lens and max(lens) > 0xFFFFFFFF:
+        raise ValueError(f"column {path}: a string or bytes element is longer "
+                         "than 4 GiB")
+    blob = np.array(lens, dtype=_LENS).tobytes() + b"".join(items)
+    return kind, shape, blob
+
+
+cdef bytes _chunk_row(fr_chunk *k, int32_t row):
+    """Row ``row`` of a ready chunk as bytes (decompressed if needed)."""
+    cdef int64_t n = k.row_bytes
+    if n < 0 or row < 0 or row >= k.n_rows:
+        raise errors.DataLossError(f"chunk {k.key}: row {row} out of range")
+    blob = PyBytes_FromStringAndSize(NULL, n)
+    scratch = bytearray(k.n_rows * n if k.compressed else 1)
+    cdef unsigned char[::1] sv = scratch
+    cdef int rc = fr_chunk_read(k, row, 1, PyBytes_AS_STRING(blob), &sv[0])
+    if rc != FR_OK:
+        raise errors.DataLossError(f"chunk {k.key} does not decode")
+    return blob
+
+
+cdef int _column_blobs(fr_trajectory *t, int32_t col, list out) except -1:
+    """Append the blobs of column ``col`` of a ready trajectory to ``out``."""
+    cdef fr_traj_column *c = &t.columns[col]
+    cdef fr_slice *s
+    cdef int32_t si, r
+    for si in range(c.first_slice, c.first_slice + c.n_slices):
+        s = &t.slices[si]
+        for r in range(s.offset, s.offset + s.length):
+            out.append(_chunk_row(s.chunk, r))
+    return 0
+
+
+cdef object _decode_text(const fr_spec *spec, list blobs, tuple lead):
+    """The cells ``blobs`` of a string/bytes column decoded and stacked:
+    a numpy str_ ('U') or bytes_ ('S') array of shape ``lead + shape``,
+    as wide as its longest element."""
+    shape = _shape_of(spec)
+    cdef Py_ssize_t n_el = 1, pos, i
+    for d in shape:
+        n_el *= d
+    cdef bint text = spec.dtype == b'U'
+    values = []
+    for blob in blobs:
+        if 4 * n_el > len(blob):
+            raise errors.DataLossError("stored string cell is truncated")
+        lens = np.frombuffer(blob, dtype=_LENS, count=n_el).tolist()
+        pos = 4 * n_el
+        if pos + sum(lens) != len(blob):
+            raise errors.DataLossError("stored string cell has inconsistent lengths")
+        for i in range(n_el):
+            piece = blob[pos:pos + lens[i]]
+            pos += lens[i]
+            if text:
+                try:
+                    piece = piece.decode("utf-8", "surrogatepass")
+                except UnicodeDecodeError as e:
+                    raise errors.DataLossError(
+                        "stored string cell is not UTF-8") from e
+            values.append(piece)
+    width = max(1, max([len(x) for x in values], default=1))
+    out = np.array(values, dtype=f"{'U' if text else 'S'}{width}")
+    return out.reshape(lead + shape)
+
+
+cdef object _gather_text(fr_trajectory **ts, int64_t n, int32_t col):
+    """Column ``col`` of n checked trajectories (fr_trajectories_check) as
+    one array ``[n, T, *shape]`` (``[n, *shape]`` when squeezed)."""
+    cdef fr_traj_column *first = &ts[0].columns[col]
+    cdef int64_t b
+    blobs = []
+    for b in range(n):
+        _column_blobs(ts[b], col, blobs)
+    cdef tuple lead = (n,)
+    if not first.squeeze:
+        lead = (n, first.length)
+    return _decode_text(first.spec, blobs, lead)
