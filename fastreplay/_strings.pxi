@@ -40,11 +40,10 @@ cdef tuple _encode_text(object v, object path):
         elif all(isinstance(x, bytes) for x in items):
             kind = b'S'
         else:
-            bad = next(x for x in items if not isinstance(x, (str, bytes)))
+            odd = [x for x in items if not isinstance(x, (str, bytes))]
             raise TypeError(
                 f"Unsupported value for column {path}: an object array must hold "
-                f"only str or only bytes, got {type(bad).__name__}"
-                if not isinstance(bad, (str, bytes)) else
+                f"only str or only bytes, got {type(odd[0]).__name__}" if odd else
                 f"Unsupported value for column {path}: an object array mixes str "
                 "and bytes")
     if kind == b'U':
@@ -127,3 +126,14 @@ cdef object _gather_text(fr_trajectory **ts, int64_t n, int32_t col):
     if not first.squeeze:
         lead = (n, first.length)
     return _decode_text(first.spec, blobs, lead)
+
+
+def _decode_text_for_tests(str kind, tuple shape, list blobs):
+    """_decode_text of cells with dtype ``kind`` and ``shape`` (tests)."""
+    cdef fr_spec spec
+    memset(&spec, 0, sizeof(spec))
+    spec.dtype = ord(kind)
+    spec.ndim = len(shape)
+    for d in range(spec.ndim):
+        spec.shape[d] = shape[d]
+    return _decode_text(&spec, blobs, (len(blobs),))[0]

@@ -66,8 +66,8 @@ def _handoff_cores() -> int:
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)
-    if dt.kind in _TEXT_KINDS:
-        return "string"
+    if dt.kind in _TEXT_KINDS:  # TensorFlow's name; bytes are a kind of their own
+        return "bytes" if dt.kind == "S" else "string"
     return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
 
 
