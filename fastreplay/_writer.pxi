@@ -475,8 +475,8 @@ cdef class WriterCore:
         None where the step has none.
 
         Validates every value (dtype, shape, repeated column) before writing
-        anything.  Steps copying 256 KiB or more run without the GIL (see
-        _NOGIL_MIN_BYTES for why smaller ones keep it).
+        anything.  Steps copying 16 KiB (_NOGIL_MIN_BYTES) or more run
+        without the GIL (its comment says why smaller ones keep it).
         """
         self._append(flat, partial)
 

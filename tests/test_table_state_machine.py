@@ -1,5 +1,5 @@
 """Stateful test: the compiled Table against the pure-Python oracle
-``fastreplay._reference.ReferenceTable``.
+``tests/_reference.py``'s ``ReferenceTable``.
 
 Hypothesis drives random inserts, batch inserts, priority updates, deletes,
 combined mutations, samples and resets (all with ``timeout=0``, so every call
@@ -35,7 +35,7 @@ from hypothesis.stateful import (
 import fastreplay
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
-from fastreplay._reference import ReferenceTable
+from _reference import ReferenceTable
 from fastreplay.errors import DeadlineExceededError, InvalidPriorityError
 
 # ----- configuration space -----
