@@ -27,8 +27,10 @@ typedef struct fr_spec {
  * Their spec has itemsize 0 and row_bytes 0, so numpy str_ values of any
  * width are one column kind.  Each such cell is one encoded blob
  * (fastreplay/_strings.pxi: per element a uint32 byte length, then the
- * bytes) stored as the single row of its own chunk, whose row_bytes is the
- * blob's length; readers parse and bounds-check blobs, never trust them. */
+ * bytes), stored as a variable-length row of a chunk (chunk.h,
+ * FR_VAR_ROWS); readers parse and bounds-check blobs, never trust them.
+ * Gathers (fr_trajectory_read_column, fr_trajectories_gather) are for
+ * fixed-size columns only. */
 FR_INLINE int fr_spec_is_var(const fr_spec *s) {
     return s->dtype == 'U' || s->dtype == 'S';
 }

@@ -389,19 +389,13 @@ int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id) {
 }
 
 int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id) {
-    fr_cell *cell = fr_column_cell(&w->cols[col], id);
-    if (!cell) return FR_EEXPIRED;
-    return fr_spec_is_var(&w->cols[col].spec) ? cell->chunk->row_bytes
-                                              : w->cols[col].spec.row_bytes;
+    return fr_column_row_bytes(&w->cols[col], id);
 }
 
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst) {
     fr_column *c = &w->cols[col];
-    fr_cell *cell = fr_column_cell(c, id);
-    if (!cell) return FR_EEXPIRED;
-    int64_t need = cell->chunk->compressed
-                       ? (int64_t)cell->chunk->n_rows * cell->chunk->row_bytes
-                       : 0;
+    int64_t need = fr_column_scratch_bytes(c, id);
+    if (need < 0) return FR_EEXPIRED;
     if (need > w->scratch_cap) {
         unsigned char *s = realloc(w->scratch, (size_t)need);
         if (!s) return FR_ENOMEM;

@@ -144,8 +144,8 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
             for cid, offset, length in slices:
                 h = chunks[cid]
                 if (offset < 0 or length < 1 or offset + length > h._c.n_rows or
-                        (h._c.row_bytes != c.spec.row_bytes and
-                         not fr_spec_is_var(c.spec))):
+                        h._c.row_bytes != (FR_VAR_ROWS if fr_spec_is_var(c.spec)
+                                           else c.spec.row_bytes)):
                     raise errors.DataLossError(
                         f"item {key}: slice ({offset}, {length}) does not fit "
                         f"chunk {h._c.key}")

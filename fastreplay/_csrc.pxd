@@ -65,8 +65,11 @@ cdef extern from "chunk.h" nogil:
         unsigned char *data
     void fr_chunk_retain(fr_chunk *c)
     void fr_chunk_release(fr_chunk *c)
-    int fr_chunk_read(const fr_chunk *c, int32_t offset, int32_t length, void *dst,
-                      void *scratch)
+    enum:
+        FR_VAR_ROWS
+    int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c)
+    int fr_chunk_var_data(const fr_chunk *c, void *scratch, const int64_t **offsets,
+                          const unsigned char **payload)
     fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                                int64_t first_step, int64_t last_step,
                                int64_t row_bytes, int32_t n_rows, int compressed,

@@ -6,9 +6,9 @@
 # bytes); itemsize and row_bytes are 0, so str_ values of any width are the
 # same column.  One cell of shape `shape` (N = prod(shape) elements) is one
 # blob: N little-endian uint32 byte lengths, then the N elements' bytes
-# (UTF-8 for strings, surrogates passed through).  The C core stores each
-# blob as the single row of its own chunk (csrc/trajectory.h,
-# fr_spec_is_var).  Strings are not a hot path: this runs per call in
+# (UTF-8 for strings, surrogates passed through).  The C core stores the
+# blobs as the variable-length rows of chunks (csrc/chunk.h, FR_VAR_ROWS),
+# chunked and compressed like fixed-size rows.  Strings are not a hot path: this runs per call in
 # Python-level Cython.  Stored blobs (a checkpoint may be hostile) are
 # parsed and bounds-checked, and only ever become str/bytes objects.
 
@@ -56,29 +56,28 @@ cdef tuple _encode_text(object v, object path):
     return kind, shape, blob
 
 
-cdef bytes _chunk_row(fr_chunk *k, int32_t row):
-    """Row ``row`` of a ready chunk as bytes (decompressed if needed)."""
-    cdef int64_t n = k.row_bytes
-    if n < 0 or row < 0 or row >= k.n_rows:
-        raise errors.DataLossError(f"chunk {k.key}: row {row} out of range")
-    blob = PyBytes_FromStringAndSize(NULL, n)
-    scratch = bytearray(k.n_rows * n if k.compressed else 1)
-    cdef unsigned char[::1] sv = scratch
-    cdef int rc = fr_chunk_read(k, row, 1, PyBytes_AS_STRING(blob), &sv[0])
-    if rc != FR_OK:
-        raise errors.DataLossError(f"chunk {k.key} does not decode")
-    return blob
-
-
 cdef int _column_blobs(fr_trajectory *t, int32_t col, list out) except -1:
-    """Append the blobs of column ``col`` of a ready trajectory to ``out``."""
+    """Append the blobs of column ``col`` of a ready trajectory to ``out``
+    (each slice's chunk is decoded once)."""
     cdef fr_traj_column *c = &t.columns[col]
     cdef fr_slice *s
     cdef int32_t si, r
+    cdef int64_t need
+    cdef const int64_t *offs
+    cdef const unsigned char *payload
+    cdef unsigned char[::1] sv
     for si in range(c.first_slice, c.first_slice + c.n_slices):
         s = &t.slices[si]
+        need = fr_chunk_var_scratch_bytes(s.chunk)
+        if need < 0 or s.offset < 0 or s.offset + s.length > s.chunk.n_rows:
+            raise errors.DataLossError(f"chunk {s.chunk.key} is not a string chunk")
+        scratch = bytearray(max(need, 1))
+        sv = scratch
+        if fr_chunk_var_data(s.chunk, &sv[0], &offs, &payload) != FR_OK:
+            raise errors.DataLossError(f"chunk {s.chunk.key} does not decode")
         for r in range(s.offset, s.offset + s.length):
-            out.append(_chunk_row(s.chunk, r))
+            out.append(PyBytes_FromStringAndSize(<const char *>payload + offs[r],
+                                                 offs[r + 1] - offs[r]))
     return 0
 
 

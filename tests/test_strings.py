@@ -153,19 +153,42 @@ def test_sample_batch_stacks_squeezed_and_unsqueezed(server) -> None:
     assert data["last"][:, 1].tolist() == [bytes([66 + i]) for i in range(5)]
 
 
-def test_many_items_share_cells(server) -> None:
-    client = server.localhost_client()
-    before = server.chunk_store.stats()["live_chunks"]
-    with client.trajectory_writer(10) as w:
-        for i in range(10):
-            w.append({"s": f"v{i}"})
-        for start in range(8):
-            w.create_item("t", 1.0, w.history["s"][start:start + 3])
-        w.flush()
-    # One stored cell per step, whatever the number of items using it.
-    assert server.chunk_store.stats()["live_chunks"] - before == 10
-    _, data = client.sample_batch("t", 8)
+def test_many_items_share_chunks(server) -> None:
+    store = server.chunk_store
+    before = store.stats()["live_chunks"]
+    w = reverb.TrajectoryWriter(server.tables, 10, chunk_store=store,
+                                chunker_options=reverb.ConstantChunkerOptions(5, 10))
+    for i in range(10):
+        w.append({"s": f"v{i}", "x": i})
+        if i == 6:  # the open chunk's rows are readable before it is finalized
+            assert w.history["s"][-3:].numpy().tolist() == ["v4", "v5", "v6"]
+    for start in range(8):
+        w.create_item("t", 1.0, w.history["s"][start:start + 3])
+    w.flush()
+    # Two chunks of five rows per column, whatever the number of items.
+    assert store.stats()["live_chunks"] - before == 4
+    assert w.history["s"][:].numpy().tolist() == [f"v{i}" for i in range(10)]
+    _, data = server.localhost_client().sample_batch("t", 8)
     assert data[0].tolist() == [[f"v{s + j}" for j in range(3)] for s in range(8)]
+    w.close()
+
+
+def test_repetitive_strings_compress_across_rows(server) -> None:
+    if not reverb._core.LZ4_AVAILABLE:
+        pytest.skip("lz4 not available")
+    store = server.chunk_store
+    w = reverb.TrajectoryWriter(server.tables, 50, chunk_store=store,
+                                chunker_options=reverb.ConstantChunkerOptions(50, 50))
+    instruction = "pick up the red block and put it in the bowl"
+    for i in range(50):
+        w.append({"instruction": instruction})
+    w.create_item("t", 1.0, w.history["instruction"][:])
+    w.flush()
+    stats = store.stats()
+    assert stats["stored_bytes"] < stats["raw_bytes"] // 4
+    _, data = server.localhost_client().sample_batch("t", 1)
+    assert data[0].tolist() == [[instruction] * 50]
+    w.close()
 
 
 def test_expired_string_refs_raise(server) -> None:
@@ -375,3 +398,49 @@ def test_stored_strings_match_a_python_model(steps, span) -> None:
         assert got == want
     finally:
         server.stop()
+
+
+def _var_chunk(offsets: list[int], payload: bytes, **meta: Any) -> tuple[dict, bytes]:
+    data = np.array(offsets, dtype=np.int64).tobytes() + payload
+    base = {"key": 7, "episode_id": 0, "first_step": 0, "last_step": 1,
+            "row_bytes": -1, "n_rows": len(offsets) - 1, "compressed": False,
+            "stored_bytes": len(data)}
+    base.update(meta)
+    return base, data
+
+
+@pytest.mark.parametrize("offsets, payload, meta", [
+    ([0, 5, 3], b"abcde", {}),          # falling offsets
+    ([1, 3, 5], b"abcde", {}),          # not starting at 0
+    ([0, 2, 9], b"abcde", {}),          # past the payload
+    ([0, 2, 4], b"abcde", {}),          # payload longer than the rows
+    ([0], b"", {}),                     # no rows
+    ([0, 2, 2**40], b"xy", {"compressed": True}),  # impossible expansion
+])
+def test_restore_rejects_inconsistent_string_chunks(offsets, payload, meta) -> None:
+    m, data = _var_chunk(offsets, payload, **meta)
+    with pytest.raises(errors.DataLossError):
+        reverb._core.restore_chunk(reverb._core.ChunkStore(), m, data)
+
+
+def test_restored_string_chunk_must_match_the_column_kind() -> None:
+    table = fifo("t")
+    store = reverb._core.ChunkStore()
+    # Rows: the string "ab" (length 2, then its bytes) and the empty string.
+    m, data = _var_chunk([0, 6, 10], (2).to_bytes(4, "little") + b"ab"
+                         + (0).to_bytes(4, "little"))
+    chunk = reverb._core.restore_chunk(store, m, data)
+    fixed = reverb._core.restore_chunk(store, {**m, "row_bytes": 5, "n_rows": 2,
+                                               "stored_bytes": 10}, b"x" * 10)
+    core = table._core
+    with pytest.raises(errors.DataLossError):  # a numeric column on string rows
+        reverb._core.restore_item(core, 1, 1.0, 0, [(("f", 4, ()), False, [(1, 0, 1)])],
+                                  {1: chunk})
+    with pytest.raises(errors.DataLossError):  # a string column on fixed rows
+        reverb._core.restore_item(core, 2, 1.0, 0, [(("U", 0, ()), False, [(1, 0, 1)])],
+                                  {1: fixed})
+    reverb._core.restore_item(core, 3, 1.0, 0, [(("U", 0, ()), True, [(1, 0, 1)])],
+                              {1: chunk})
+    reverb._core.restore_counters(core, 1, 0, 0, {})  # the rate limiter's count
+    (sample,) = table.sample_items(1, timeout=1)
+    assert sample.data[0] == np.str_("ab")
