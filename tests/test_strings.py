@@ -251,16 +251,44 @@ def test_object_arrays_of_other_objects_are_rejected(server, bad) -> None:
         assert w.history["x"][:].numpy().tolist() == [1]
 
 
-def test_batched_appends_of_strings_are_refused_cleanly() -> None:
+def test_vector_writer_appends_strings_per_environment() -> None:
     from fastreplay.vector_writer import VectorTrajectoryWriter
 
     table = fifo("t")
-    w = VectorTrajectoryWriter([table], 2, 3)
-    with pytest.raises(ValueError, match=r"column \('s',\).*step by step"):
-        w.append({"s": np.array(["a", "b"]), "x": np.zeros(2)})
-    w.append({"x": np.zeros(2)})  # the writers are unchanged
-    assert [len(env.history["x"]) for env in w] == [1, 1]
+    w = VectorTrajectoryWriter([table], 3, 3)
+    w.append({"s": np.array(["a", "bé", ""]), "x": np.arange(3),
+              "o": np.array([b"1", b"22", b"333"], dtype=object),
+              "m": np.array([["p", "q"], ["rr", "s"], ["", "t"]])})
+    w.append({"s": np.array(["c", "d", "eee"], dtype=object), "x": np.arange(3),
+              "o": np.array([b"4", b"", b"6"], dtype=object),
+              "m": np.array([["u", "v"], ["w", "x"], ["y", "zz"]])})
+    with pytest.raises(ValueError, match=r"column \('s',\).*leading axis 2"):
+        w.append({"s": np.array(["a", "b"]), "x": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"column \('s',\).*scalar"):
+        w.append({"s": "one for all", "x": np.zeros(3)})
+    with pytest.raises(TypeError, match=r"column \('o',\)"):
+        w.append({"o": np.array([b"1", "2", b"3"], dtype=object), "x": np.zeros(3)})
+    assert [len(env.history["x"]) for env in w] == [2, 2, 2]  # unchanged
+    for env in w:
+        env.create_item("t", 1.0, {k: env.history[k][:] for k in "somx"})
+    w.flush()
+    got = [s.data for s in table.sample_items(3, timeout=1)]
+    assert [d[2].tolist() for d in got] == [["a", "c"], ["bé", "d"], ["", "eee"]]
+    assert [d[1].tolist() for d in got] == [[b"1", b"4"], [b"22", b""],
+                                            [b"333", b"6"]]
+    assert [d[0].tolist() for d in got] == [[["p", "q"], ["u", "v"]],
+                                            [["rr", "s"], ["w", "x"]],
+                                            [["", "t"], ["y", "zz"]]]
     w.close()
+
+
+def test_replay_buffer_rows_of_strings_are_refused_cleanly() -> None:
+    table = fifo("t")
+    with pytest.raises(ValueError, match=r"column .*s.*TrajectoryWriter"):
+        reverb._core.insert_rows(table._core, reverb._core.ChunkStore(), ["x", "s"],
+                                 [np.arange(2), np.array(["a", "b"])],
+                                 np.arange(2, dtype=np.uint64), np.ones(2), 1)
+    assert len(table) == 0
 
 
 def test_client_insert_of_strings(server) -> None:

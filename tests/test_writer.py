@@ -1668,7 +1668,7 @@ def _snapshot(vec: VectorTrajectoryWriter, keys: Any = None) -> list[Any]:
     ({"obs": np.zeros((3, 3), np.float32), "act": np.zeros(3, np.int64)},
      ValueError),
     ({"obs": np.zeros((3, 2), np.float32), "act": np.array(["a", "b", "c"])},
-     TypeError),
+     ValueError),  # a string into an int column
     ({"obs": np.zeros((3, 2), np.float32), "act": 1}, ValueError),
 ], ids=["short-axis", "long-axis-second-leaf", "dtype", "shape", "str",
         "no-env-axis"])
