@@ -173,6 +173,41 @@ int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
     return FR_OK;
 }
 
+int64_t fr_lz4_block_size(const unsigned char *src, int64_t n) {
+    int64_t i = 0, out = 0;
+    while (i < n) {
+        unsigned token = src[i++];
+        int64_t lit = token >> 4;
+        if (lit == 15) {
+            unsigned b;
+            do {
+                if (i >= n) return -1;
+                b = src[i++];
+                lit += b;
+            } while (b == 255);
+        }
+        if (lit > n - i) return -1;
+        i += lit;
+        out += lit;
+        if (i == n) return out; /* the last sequence has literals only */
+        if (n - i < 2) return -1;
+        int64_t offset = src[i] | ((int64_t)src[i + 1] << 8);
+        i += 2;
+        if (offset == 0 || offset > out) return -1;
+        int64_t match = token & 15;
+        if (match == 15) {
+            unsigned b;
+            do {
+                if (i >= n) return -1;
+                b = src[i++];
+                match += b;
+            } while (b == 255);
+        }
+        out += match + 4;
+    }
+    return -1; /* empty block, or one ending in a match */
+}
+
 int fr_chunk_finalize_var(fr_chunk *c, const int64_t *offsets, const void *payload,
                           int32_t n_rows, int64_t first_step, int64_t last_step,
                           int compress) {
@@ -193,8 +228,8 @@ int fr_chunk_finalize_var(fr_chunk *c, const int64_t *offsets, const void *paylo
 }
 
 /* Whether `data` (stored bytes) is a consistent variable-length chunk of
- * n_rows rows: a rising offsets table from 0 and a payload that matches its
- * last offset (raw), or that LZ4 could expand to it (compressed). */
+ * n_rows rows: a rising offsets table from 0 and a payload of its last
+ * offset's size, raw or as a well-formed LZ4 block decoding to that size. */
 static int var_data_ok(const unsigned char *data, int64_t stored, int32_t n_rows,
                        int compressed) {
     int64_t head = var_header(n_rows), prev = 0;
@@ -206,21 +241,28 @@ static int var_data_ok(const unsigned char *data, int64_t stored, int32_t n_rows
         prev = off;
     }
     if (!compressed) return stored - head == prev;
-    /* LZ4 expands at most ~255x; the codec takes int sizes. */
-    return prev <= 0x7E000000 && prev / 255 <= stored - head + 16;
+    return prev <= 0x7E000000 &&
+           fr_lz4_block_size(data + head, stored - head) == prev;
 }
 
 fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                            int64_t first_step, int64_t last_step,
                            int64_t row_bytes, int32_t n_rows, int compressed,
                            const void *data, int64_t stored_bytes) {
-    int64_t raw_n = (int64_t)n_rows * row_bytes;
-    if (row_bytes == FR_VAR_ROWS
-            ? !var_data_ok(data, stored_bytes, n_rows, compressed)
-            : row_bytes < 0 || (!compressed && stored_bytes != raw_n))
-        return NULL;
-    if (n_rows < 0 || stored_bytes < 0 || (compressed && !lz4_decompress))
-        return NULL;
+    if (row_bytes == FR_VAR_ROWS) {
+        if (stored_bytes < 0 || !var_data_ok(data, stored_bytes, n_rows, compressed) ||
+            (compressed && !lz4_decompress))
+            return NULL;
+    } else {
+        if (row_bytes < 0 || n_rows < 0 || stored_bytes < 0 ||
+            (row_bytes > 0 && n_rows > INT64_MAX / row_bytes))
+            return NULL;
+        int64_t raw_n = (int64_t)n_rows * row_bytes;
+        if (!compressed && stored_bytes != raw_n) return NULL;
+        if (compressed && (!lz4_decompress || raw_n > 0x7E000000 ||
+                           fr_lz4_block_size(data, stored_bytes) != raw_n))
+            return NULL;
+    }
     fr_chunk *c = fr_chunk_new(store, key, episode_id, row_bytes);
     if (!c) return NULL;
     c->data = malloc(stored_bytes > 0 ? (size_t)stored_bytes : 1);

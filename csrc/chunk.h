@@ -86,12 +86,21 @@ void fr_chunk_release(fr_chunk *c);
 
 /* A ready chunk rebuilt from a checkpoint: `data` holds stored_bytes bytes,
  * an LZ4 block when `compressed`, else n_rows * row_bytes raw bytes (copied);
- * with row_bytes FR_VAR_ROWS, the layout above (its offsets are checked).
- * NULL on allocation failure or inconsistent sizes. */
+ * with row_bytes FR_VAR_ROWS, the layout above (offsets checked, the LZ4
+ * block must decode to the last offset's size).
+ * Every size is checked before anything is allocated: an LZ4 block must be
+ * well formed and decode to exactly n_rows * row_bytes bytes (< 2 GiB,
+ * checked by fr_lz4_block_size without decoding).  NULL on allocation
+ * failure or inconsistent sizes. */
 fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                            int64_t first_step, int64_t last_step,
                            int64_t row_bytes, int32_t n_rows, int compressed,
                            const void *data, int64_t stored_bytes);
+
+/* The number of bytes the LZ4 block src[0..n) decodes to, found by walking
+ * its sequences without writing anything; -1 when the block is malformed
+ * (a length or match offset past its bounds).  Pure; O(n). */
+int64_t fr_lz4_block_size(const unsigned char *src, int64_t n);
 
 /* Store n_rows rows (n_rows * row_bytes bytes at rows), compressing them when
  * `compress` is set and it saves space, and mark the chunk ready.

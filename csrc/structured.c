@@ -195,7 +195,8 @@ static int make_item(fr_sw *s, const sw_config *c, int64_t hlen, int *made) {
     }
     uint64_t key;
     int32_t bad_column, bad_ref;
-    int rc = fr_writer_create_item(s->w, c->cfg.table, priority, c->cfg.n_nodes,
+    int rc = fr_writer_create_item(s->w, c->cfg.table, priority,
+                                   c->cfg.structure_id, c->cfg.n_nodes,
                                    s->lens, s->squeeze, s->cols, s->ids, &key,
                                    &bad_column, &bad_ref);
     *made = rc == FR_OK;

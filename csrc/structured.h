@@ -46,6 +46,7 @@ typedef struct {
     int32_t priority_fn;   /* FR_SW_CONSTANT or FR_SW_TD_ERROR */
     double priority;       /* the constant, or td_error's max weight */
     int32_t td_node;       /* FR_SW_TD_ERROR: the node whose cells hold deltas */
+    int32_t structure_id;  /* items' nest (fr_trajectory.structure_id) */
 } fr_sw_config;
 
 typedef struct fr_sw fr_sw;

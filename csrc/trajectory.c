@@ -103,6 +103,23 @@ void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
     c->length++;
 }
 
+void fr_trajectory_push_slice(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                              int32_t offset, int32_t length) {
+    fr_traj_column *c = &t->columns[col];
+    if (c->first_slice < 0) c->first_slice = t->n_slices;
+    c->length += length;
+    if (c->n_slices > 0) {
+        fr_slice *last = &t->slices[t->n_slices - 1];
+        if (last->chunk == chunk && last->offset + last->length == offset) {
+            last->length += length;
+            return;
+        }
+    }
+    fr_chunk_retain(chunk);
+    t->slices[t->n_slices++] = (fr_slice){chunk, offset, length};
+    c->n_slices++;
+}
+
 void fr_trajectory_release(fr_trajectory *t) {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;

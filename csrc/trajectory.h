@@ -62,6 +62,10 @@ typedef struct fr_trajectory {
     atomic_int_fast64_t refs;
     int32_t n_columns;
     int32_t n_slices;
+    /* The item's nest structure: an id in the bindings' process-wide
+     * registry (0: none, data is a flat list of columns).  Set once before
+     * the trajectory is shared. */
+    int32_t structure_id;
     fr_traj_column *columns; /* same allocation as the struct */
     fr_slice *slices;
 } fr_trajectory;
@@ -76,6 +80,12 @@ fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices);
  * are merged (Reverb merged any rows of one chunk, reading wrong data). */
 void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
                             int32_t offset);
+
+/* Append rows [offset, offset + length) of `chunk` to column `col` as one
+ * slice (merged with the previous one when contiguous); the caller checked
+ * the range against the chunk and reserved the slice (checkpoint restore). */
+void fr_trajectory_push_slice(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                              int32_t offset, int32_t length);
 
 FR_INLINE void fr_trajectory_retain(fr_trajectory *t) {
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);

@@ -287,6 +287,7 @@ static int q_push(fr_writer *w, fr_pending_item it) {
 }
 
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
+                          int32_t structure_id,
                           int32_t n_columns, const int32_t *lens,
                           const uint8_t *squeeze, const int32_t *cols,
                           const int64_t *ids, uint64_t *key,
@@ -312,6 +313,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     it.cols = (int32_t *)(it.ids + total);
     it.traj = fr_trajectory_new(n_columns, count_slices(w, n_columns, lens, cols, ids));
     if (!it.traj) goto oom;
+    it.traj->structure_id = structure_id;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
     memcpy(it.ids, ids, (size_t)total * sizeof *ids);
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {

@@ -69,8 +69,10 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
  * the table's priority rules, then per column: FR_EEMPTY for an empty
  * column, FR_EEXPIRED, FR_ESQUEEZE, FR_EDTYPE, FR_ESHAPE with *bad_column /
  * *bad_ref set).  *key receives the
- * new item's random key. */
+ * new item's random key.  `structure_id` is stored in the item's trajectory
+ * (the bindings' nest registry; 0: none). */
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
+                          int32_t structure_id,
                           int32_t n_columns, const int32_t *lens,
                           const uint8_t *squeeze, const int32_t *cols,
                           const int64_t *ids, uint64_t *key,

@@ -41,7 +41,7 @@ cdef tuple _spec_tuple(const fr_spec *s):
 
 def export_items(TableCore table) -> tuple:
     """``(items, chunks)``: items in insertion order as ``(key, priority,
-    times_sampled, columns)`` with columns ``(spec, squeeze, slices)`` and
+    times_sampled, columns, structure_id)`` with columns ``(spec, squeeze, slices)`` and
     slices ``(chunk_id, offset, length)``; chunks maps chunk_id to a
     ChunkHandle.  The table lock is held only while item records are copied."""
     cdef int64_t cap = fr_table_size(table._t) + 16, n, i
@@ -77,7 +77,8 @@ def export_items(TableCore table) -> tuple:
                         slices.append((cid, s.offset, s.length))
                     columns.append((_spec_tuple(c.spec), bool(c.squeeze), slices))
             items.append((buf[i].key, buf[i].priority, buf[i].times_sampled,
-                          columns if t != NULL else None))
+                          columns if t != NULL else None,
+                          t.structure_id if t != NULL else 0))
     finally:
         for i in range(n):
             fr_trajectory_payload_release(NULL, buf[i].payload)
@@ -85,11 +86,48 @@ def export_items(TableCore table) -> tuple:
     return items, chunks
 
 
+# row_bytes of chunks of variable-length (string and bytes) rows.
+VAR_ROWS = FR_VAR_ROWS
+
+# Numpy kinds a column may have, with the item sizes numpy gives them.
+_COLUMN_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
+                 "f": (2, 4, 8, 16), "c": (8, 16, 32),
+                 "U": (0,), "S": (0,)}  # strings, bytes: variable-length rows
+
+
+def _spec_kind_ok(kind, itemsize) -> bool:
+    """Whether a stored column spec's (kind, itemsize) is one fastreplay
+    writes and reads (raw bytes, or for 'U'/'S' variable-length rows that
+    are parsed, never trusted): the ONE place that decides which column
+    kinds a checkpoint may declare.  Object columns are never materialized
+    from raw bytes."""
+    if type(kind) is not str or type(itemsize) is not int:
+        return False
+    sizes = _COLUMN_KINDS.get(kind)
+    if sizes is None or itemsize not in sizes:
+        return False
+    try:
+        dt = np.dtype(f"{kind}{itemsize}")
+    except TypeError:
+        return False
+    return dt.kind == kind and dt.itemsize == itemsize and not dt.hasobject
+
+
 def restore_chunk(ChunkStore store, dict meta, bytes data) -> ChunkHandle:
-    """A ready chunk rebuilt from its metadata and stored bytes."""
+    """A ready chunk rebuilt from its metadata and stored bytes (every size
+    checked against ``data`` before anything is allocated)."""
     if len(data) != meta["stored_bytes"]:
         raise errors.DataLossError(f"chunk {meta['key']}: {len(data)} bytes stored, "
                                    f"{meta['stored_bytes']} expected")
+    for name in ("key", "episode_id"):
+        if not 0 <= meta[name] < 2**64:
+            raise errors.DataLossError(f"chunk {meta['key']}: bad {name}")
+    for name in ("first_step", "last_step", "row_bytes"):
+        if not -2**63 <= meta[name] < 2**63:
+            raise errors.DataLossError(f"chunk {meta['key']}: bad {name}")
+    if not 0 <= meta["n_rows"] < 2**31 or (meta["row_bytes"] < 0 and
+                                           meta["row_bytes"] != FR_VAR_ROWS):
+        raise errors.DataLossError(f"chunk {meta['key']}: bad size {meta}")
     cdef fr_chunk *c = fr_chunk_restore(
         store._s, meta["key"], meta["episode_id"], meta["first_step"],
         meta["last_step"], meta["row_bytes"], meta["n_rows"], meta["compressed"],
@@ -100,10 +138,11 @@ def restore_chunk(ChunkStore store, dict meta, bytes data) -> ChunkHandle:
 
 
 def restore_item(TableCore table, uint64_t key, double priority, int64_t times_sampled,
-                 columns, dict chunks) -> None:
+                 columns, dict chunks, int32_t structure_id=0) -> None:
     """Add a checkpointed item (see export_items) without touching the rate
     limiter.  Chunk ids refer to ``chunks`` (id -> ChunkHandle); ``columns``
-    None restores an item without data."""
+    None restores an item without data.  Every spec, slice and length is
+    checked before the trajectory is allocated (DataLossError)."""
     cdef int rc
     if columns is None:
         rc = fr_table_restore_item(table._t, key, priority, times_sampled, 0)
@@ -111,24 +150,53 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
             _raise_for_status(rc, table._ctx(key, priority), None if rc != FR_EINVAL
                               else "duplicate key or table full")
         return
-    cdef Py_ssize_t total = 0
-    for spec, squeeze, slices in columns:
+    cdef Py_ssize_t n_slices = 0
+    cdef ChunkHandle h
+    cdef int64_t row_bytes, rows
+    for ci, (spec, squeeze, slices) in enumerate(columns):
+        kind, itemsize, shape = spec
+        if not _spec_kind_ok(kind, itemsize):
+            raise errors.DataLossError(f"item {key}: column {ci} has unsupported "
+                                       f"kind {kind!r} of {itemsize!r} bytes")
+        if len(shape) > FR_MAX_NDIM or any(
+                type(d) is not int or not 0 <= d < 2**40 for d in shape):
+            raise errors.DataLossError(f"item {key}: column {ci} has a bad shape "
+                                       f"{shape!r}")
+        size = itemsize
+        for d in shape:
+            size *= d
+        if size >= 2**40:
+            raise errors.DataLossError(f"item {key}: column {ci} rows are too large")
+        # String and bytes columns live on variable-length chunks only.
+        row_bytes = FR_VAR_ROWS if kind in "US" else size
+        rows = 0
         for cid, offset, length in slices:
-            total += length
-    cdef fr_trajectory *t = fr_trajectory_new(len(columns), max(total, 1))
+            h = chunks.get(cid)
+            if h is None:
+                raise errors.DataLossError(f"item {key}: unknown chunk {cid}")
+            if (offset < 0 or length < 1 or offset + length > h._c.n_rows or
+                    h._c.row_bytes != row_bytes):
+                raise errors.DataLossError(
+                    f"item {key}: slice ({offset}, {length}) does not fit "
+                    f"chunk {h._c.key}")
+            rows += length
+            n_slices += 1
+        if rows < 1 or rows >= 2**31 or (squeeze and rows != 1):
+            raise errors.DataLossError(f"item {key}: column {ci} has {rows} rows"
+                                       + (" but is squeezed" if squeeze else ""))
+    if not 0 < len(columns) < 2**31 or n_slices >= 2**31:
+        raise errors.DataLossError(f"item {key}: {len(columns)} columns")
+    cdef fr_trajectory *t = fr_trajectory_new(len(columns), max(n_slices, 1))
     if t == NULL:
         raise MemoryError()
-    cdef ChunkHandle h
+    t.structure_id = structure_id
     cdef fr_traj_column *c
     cdef fr_spec sp
-    cdef int32_t ci = 0, r
+    cdef int32_t ci2 = 0
     try:
         for spec, squeeze, slices in columns:
             kind, itemsize, shape = spec
-            if len(shape) > FR_MAX_NDIM:
-                raise errors.DataLossError(f"item {key}: column {ci} has "
-                                           f"{len(shape)} dimensions")
-            c = &t.columns[ci]
+            c = &t.columns[ci2]
             c.squeeze = squeeze
             memset(&sp, 0, sizeof(sp))
             sp.dtype = ord(kind)
@@ -143,15 +211,8 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
                 raise MemoryError()
             for cid, offset, length in slices:
                 h = chunks[cid]
-                if (offset < 0 or length < 1 or offset + length > h._c.n_rows or
-                        h._c.row_bytes != (FR_VAR_ROWS if fr_spec_is_var(c.spec)
-                                           else c.spec.row_bytes)):
-                    raise errors.DataLossError(
-                        f"item {key}: slice ({offset}, {length}) does not fit "
-                        f"chunk {h._c.key}")
-                for r in range(offset, offset + length):
-                    fr_trajectory_push_row(t, ci, h._c, r)
-            ci += 1
+                fr_trajectory_push_slice(t, ci2, h._c, offset, length)
+            ci2 += 1
     except BaseException:
         fr_trajectory_release(t)
         raise

@@ -31,7 +31,13 @@ def insert_rows(
 ) -> int: ...
 def export_items(
     table: TableCore,
-) -> tuple[list[tuple[int, float, int, list[Any] | None]], dict[int, ChunkHandle]]: ...
+) -> tuple[
+    list[tuple[int, float, int, list[Any] | None, int]], dict[int, ChunkHandle]
+]: ...
+def _spec_kind_ok(kind: object, itemsize: object) -> bool: ...
+
+VAR_ROWS: int
+
 def restore_chunk(
     store: ChunkStore, meta: dict[str, Any], data: bytes
 ) -> ChunkHandle: ...
@@ -42,6 +48,7 @@ def restore_item(
     times_sampled: int,
     columns: list[Any] | None,
     chunks: dict[int, ChunkHandle],
+    structure_id: int = 0,
 ) -> None: ...
 def restore_counters(
     table: TableCore, inserts: int, samples: int, deletes: int, stats: dict[str, Any]
@@ -65,7 +72,6 @@ class SumTree:
 
 @disjoint_base
 class TableCore:
-    structure: Any
     @property
     def name(self) -> str: ...
     def __init__(
@@ -117,6 +123,7 @@ class TableCore:
         npt.NDArray[np.int64],
         list[npt.NDArray[Any]],
         list[bool],
+        int,
     ]: ...
     def mutate(
         self,

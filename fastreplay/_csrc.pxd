@@ -218,11 +218,14 @@ cdef extern from "trajectory.h" nogil:
     ctypedef struct fr_trajectory:
         int32_t n_columns
         int32_t n_slices
+        int32_t structure_id
         fr_traj_column *columns
         fr_slice *slices
     fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices)
     void fr_trajectory_push_row(fr_trajectory *t, int32_t col, fr_chunk *chunk,
                                 int32_t offset)
+    void fr_trajectory_push_slice(fr_trajectory *t, int32_t col, fr_chunk *chunk,
+                                  int32_t offset, int32_t length)
     void fr_trajectory_retain(fr_trajectory *t)
     void fr_trajectory_release(fr_trajectory *t)
     int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
@@ -281,6 +284,7 @@ cdef extern from "writer.h" nogil:
     int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
                                   int64_t step, int64_t count, int64_t *ids)
     int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
+                              int32_t structure_id,
                               int32_t n_columns, const int32_t *lens,
                               const uint8_t *squeeze, const int32_t *cols,
                               const int64_t *ids, uint64_t *key,
@@ -335,6 +339,7 @@ cdef extern from "structured.h" nogil:
         int32_t priority_fn
         double priority
         int32_t td_node
+        int32_t structure_id
     ctypedef struct fr_sw:
         pass
     fr_sw *fr_sw_new(fr_writer *w, int32_t n_configs, const fr_sw_config *configs,

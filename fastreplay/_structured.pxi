@@ -56,7 +56,7 @@ cdef class StructuredCore:
             if not cfgs or not nodes or not conds:
                 raise MemoryError()
             for i in range(n):
-                table, cnodes, cconds, fn, priority, td_node = configs[i]
+                table, cnodes, cconds, fn, priority, td_node, sid = configs[i]
                 self._tables.append(table)
                 cfgs[i].table = (<TableCore>table)._t
                 cfgs[i].n_nodes = len(cnodes)
@@ -66,6 +66,7 @@ cdef class StructuredCore:
                 cfgs[i].priority_fn = fn
                 cfgs[i].priority = priority
                 cfgs[i].td_node = td_node
+                cfgs[i].structure_id = sid
                 for k in range(len(cnodes)):
                     (nd.col, nd.has_start, nd.start, nd.stop, nd.step) = cnodes[k]
                     nd += 1

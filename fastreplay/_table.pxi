@@ -110,6 +110,25 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     return columns, squeeze
 
 
+cdef int32_t _same_structure(fr_trajectory **ts, int64_t n, str table) except -1:
+    """The structure id shared by the n sampled trajectories (NULL ones are
+    reported by _gather); ValueError naming two different structures."""
+    cdef int64_t i, first = -1
+    for i in range(n):
+        if ts[i] == NULL:
+            continue
+        if first < 0:
+            first = i
+        elif ts[i].structure_id != ts[first].structure_id:
+            from fastreplay import _structures
+            raise ValueError(
+                f"Items sampled from table '{table}' have different structures: "
+                f"{_structures.describe(ts[first].structure_id)} and "
+                f"{_structures.describe(ts[i].structure_id)}; sample_batch stacks "
+                "items of one structure (use sample() for such items)")
+    return ts[first].structure_id if first >= 0 else 0
+
+
 cdef class SampledTrajectory:
     """One reference to a sampled item's trajectory (chunk slices per
     column); released when this object is freed."""
@@ -180,9 +199,6 @@ cdef class TableCore:
 
     cdef fr_table *_t
     cdef readonly str name
-    #: Nest (None leaves) of the last writer item's trajectory, used to
-    #: unpack batches when the table has no signature.
-    cdef public object structure
 
     def __cinit__(self, *args, **kwargs):
         self._t = NULL
@@ -310,9 +326,10 @@ cdef class TableCore:
         """Sample up to n items and gather their data into stacked arrays.
 
         Returns ``(keys, probabilities, priorities, times_sampled,
-        table_sizes, columns, squeeze)``: ``columns[c]`` is ``[B, T, *shape]``
-        (``[B, *shape]`` when squeezed).  Every sampled item must have the
-        same columns, dtypes and lengths.  Selection and gathering (with
+        table_sizes, columns, squeeze, structure_id)``: ``columns[c]`` is
+        ``[B, T, *shape]`` (``[B, *shape]`` when squeezed); structure_id is
+        the items' nest in fastreplay._structures.  Every sampled item must
+        have the same structure, columns, dtypes and lengths.  Selection and gathering (with
         decompression) run without the GIL.
         """
         if n < 1:
@@ -338,6 +355,7 @@ cdef class TableCore:
                 rc = fr_table_sample(self._t, n, tns, kv, bv, qv, tv, sv, yv, &done)
             if rc != FR_OK:
                 _raise_for_status(rc, self._ctx())
+            sid = _same_structure(<fr_trajectory **>yv, done, self.name)
             columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name)
         finally:
             for i in range(done):
@@ -346,7 +364,7 @@ cdef class TableCore:
         if done < n:
             keys, probs, prios = keys[:done], probs[:done], prios[:done]
             times, sizes = times[:done], sizes[:done]
-        return keys, probs, prios, times, sizes, columns, squeeze
+        return keys, probs, prios, times, sizes, columns, squeeze, sid
 
     def mutate(self, update_keys, update_priorities, delete_keys) -> None:
         """Delete ``delete_keys``, then set priorities (unknown keys ignored).

@@ -182,7 +182,7 @@ cdef class _WriterBase:
     # one (iteration order), the same keys in flatten order, its structure.
     cdef public tuple _item_keys
     cdef public tuple _item_order
-    cdef public object _item_structure
+    cdef public object _item_structure  # the cached item nest's registry id
 
     def __cinit__(self, *args, **kwargs):
         self._targets = {}
@@ -260,7 +260,7 @@ cdef class _WriterBase:
         if (type(trajectory) is dict and self._item_keys is not None
                 and _same_keys(<dict>trajectory, self._item_keys)):
             columns = [(<dict>trajectory)[k] for k in self._item_order]
-            structure = self._item_structure
+            structure = self._item_structure  # its id in the nest registry
             for i in range(len(columns)):
                 if type(columns[i]) is not TrajectoryColumn:
                     columns = None  # nested now: the general path
@@ -273,6 +273,4 @@ cdef class _WriterBase:
         cdef TableCore tcore = (<tuple>entry)[1]
         if (<tuple>entry)[2]:
             self._check_item(table, (<tuple>entry)[0], columns)
-        # Set before the item can become visible to a concurrent sampler.
-        tcore.structure = structure
-        self._core._create(tcore, priority, columns)
+        self._core._create(tcore, priority, columns, structure)

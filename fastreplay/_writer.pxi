@@ -644,7 +644,7 @@ cdef class WriterCore:
         return self._create(table, priority, columns)
 
     cdef uint64_t _create(self, TableCore table, double priority,
-                          list columns) except? 0:
+                          list columns, int32_t structure_id=0) except? 0:
         cdef Py_ssize_t n = len(columns), total = 0, i, k, at = 0
         cdef TrajectoryColumn tc
         for c in columns:
@@ -686,7 +686,8 @@ cdef class WriterCore:
                 at += tc.n
             # Short and non-blocking: keeping the GIL is cheaper than handing
             # it over twice.
-            rc = fr_writer_create_item(self._w, table._t, priority, n, lens, sq,
+            rc = fr_writer_create_item(self._w, table._t, priority, structure_id,
+                                       n, lens, sq,
                                        cv, iv, &key, &bad_column, &bad_ref)
             if rc != FR_OK:
                 self._raise_create(rc, table, priority, columns, bad_column, bad_ref)

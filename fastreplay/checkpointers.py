@@ -2,14 +2,25 @@
 ``reverb.checkpointers``).
 
 A checkpoint is a directory ``<root>/<UTC timestamp>/`` holding
-``manifest.json`` (format version, table configurations, rate-limiter
-counters, sizes and CRC-32 of every file), ``chunks.bin`` (each chunk once)
-and ``items-<i>.bin`` per table (items in insertion order, so Fifo/Lifo
-order is rebuilt).  It is written under a temporary name, fsynced and renamed
-into place, streaming one chunk at a time; only the newest checkpoint is
-kept.  Loading verifies every file and the configuration of every table
-before inserting anything: a truncated, corrupted or mismatched checkpoint
-raises and loads nothing.
+``manifest.json`` (table configurations, rate-limiter counters, column specs,
+item structures, sizes and CRC-32 of every data file), ``manifest.crc`` (the
+format name, version, size and CRC-32 of the manifest), ``chunks.bin`` (each
+chunk once), ``items-<i>.bin`` per table (items in insertion order, so
+Fifo/Lifo order is rebuilt) and the marker file ``FASTREPLAY_CHECKPOINT``.
+It is written under ``.incomplete-<timestamp>-<random>``, fsynced and renamed
+into place, streaming one chunk at a time.
+
+Only directories this checkpointer wrote are ever deleted: a save keeps the
+newest checkpoint and removes older ones whose name is a timestamp and that
+hold the marker, plus the marked ``.incomplete-*`` leftovers of a killed save
+(also removed before a restore).  Foreign files and directories, and
+symlinks (to anything) under the root, are left alone.  Saves and restores
+on one root serialize (a lock per root in this process).
+
+Loading (``fastreplay._checkpoint_load``) verifies the manifest and every file
+before inserting anything: a truncated, corrupted, forged or mismatched
+checkpoint raises ``DataLossError`` (``ValueError`` for a configuration that
+differs from the server's tables) and loads nothing.
 """
 
 from __future__ import annotations
@@ -18,14 +29,31 @@ import abc
 import datetime
 import json
 import os
+import re
 import shutil
-import struct
+import stat
 import tempfile
+import threading
 import zlib
 from collections.abc import Mapping
 from typing import IO, Any
 
-from fastreplay import _core, errors
+from fastreplay import _core, _structures
+from fastreplay._checkpoint_load import (
+    CHUNK,
+    COLUMN,
+    FORMAT,
+    ITEM,
+    MANIFEST,
+    MANIFEST_CRC,
+    MARKER,
+    MARKER_TEXT,
+    NO_DATA,
+    SLICE,
+    VERSION,
+    load,
+    table_config,
+)
 from fastreplay.table import Table
 
 __all__ = [
@@ -33,37 +61,29 @@ __all__ = [
     "DefaultCheckpointer",
     "TempDirCheckpointer",
     "default_checkpointer",
+    "load",
+    "table_config",
 ]
 
-FORMAT = "fastreplay-checkpoint"
-VERSION = 1
-# id key episode first last row_bytes n_rows compressed stored
-_CHUNK = struct.Struct("<QQQqqqiiq")
-# key priority times_sampled n_columns (0xFFFFFFFF: no data)
-_ITEM = struct.Struct("<QdqI")
-_COLUMN = struct.Struct("<IBI")  # spec index, squeeze, n_slices
-_SLICE = struct.Struct("<Qii")  # chunk id, offset, length
-_NO_DATA = 0xFFFFFFFF
+_STAMP = re.compile(r"[0-9]{8}T[0-9]{12}Z")
+_INCOMPLETE = re.compile(r"\.incomplete-[0-9]{8}T[0-9]{12}Z-[A-Za-z0-9_]{1,32}")
+
+_locks_guard = threading.Lock()
+_root_locks: dict[str, threading.RLock] = {}
 
 
-def table_config(table: Table) -> dict[str, Any]:
-    """What must match between a checkpointed table and the one restoring it."""
-    limiter = table._rate_limiter
-    return {
-        "sampler": [table._sampler.kind, table._sampler.priority_exponent],
-        "remover": [table._remover.kind, table._remover.priority_exponent],
-        "max_size": table._max_size,
-        "max_times_sampled": table._max_times_sampled,
-        "rate_limiter": [limiter.samples_per_insert, limiter.min_size_to_sample,
-                         limiter.min_diff, limiter.max_diff],
-    }
+def _root_lock(root: str) -> threading.RLock:
+    """One lock per checkpoint root in this process."""
+    key = os.path.realpath(root)
+    with _locks_guard:
+        return _root_locks.setdefault(key, threading.RLock())
 
 
 class _Checked:
     """A binary file written with its size and CRC-32 tracked."""
 
     def __init__(self, path: str) -> None:
-        self.f: IO[bytes] = open(path, "wb")
+        self.f: IO[bytes] = open(path, "xb")
         self.crc = 0
         self.size = 0
 
@@ -87,6 +107,30 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _write_synced(path: str, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _is_ours(path: str) -> bool:
+    """Whether directory ``path`` (not a symlink) holds this checkpointer's
+    marker file (a regular file, not a symlink, with the marker text)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        fd = os.open(os.path.join(path, MARKER),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return (stat.S_ISREG(os.fstat(fd).st_mode)
+                and os.read(fd, 64) == MARKER_TEXT.encode())
+    finally:
+        os.close(fd)
+
+
 class CheckpointerBase(abc.ABC):
     """Saves and restores the tables of a Server."""
 
@@ -105,7 +149,8 @@ class DefaultCheckpointer(CheckpointerBase):
     Parameters
     ----------
     path : str
-        Root directory; created when missing.
+        Root directory; created when missing.  Other content under it is
+        never touched.
     group : str
         Optional subdirectory, so several servers can share a root.
     fallback_checkpoint_path : str, optional
@@ -116,50 +161,87 @@ class DefaultCheckpointer(CheckpointerBase):
                  fallback_checkpoint_path: str | None = None) -> None:
         self._root = os.path.join(path, group) if group else path
         self._fallback = fallback_checkpoint_path
+        self._lock = _root_lock(self._root)
 
     @property
     def root(self) -> str:
         return self._root
 
     def latest(self) -> str | None:
-        """The newest complete checkpoint under the root, or None."""
-        if not os.path.isdir(self._root):
+        """The newest checkpoint under the root (a timestamp-named directory,
+        not a symlink, holding a manifest), or None."""
+        try:
+            entries = list(os.scandir(self._root))
+        except OSError:
             return None
-        done = sorted(d for d in os.listdir(self._root)
-                      if not d.startswith(".")
-                      and os.path.isfile(os.path.join(self._root, d, "manifest.json")))
+        done = sorted(
+            e.name for e in entries
+            if _STAMP.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+            and any(os.path.lexists(os.path.join(e.path, f))
+                    for f in (MANIFEST_CRC, MANIFEST)))
         return os.path.join(self._root, done[-1]) if done else None
 
     # ----- save -----
 
     def save(self, tables: Mapping[str, Table], store: _core.ChunkStore) -> str:
-        os.makedirs(self._root, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y%m%dT%H%M%S%fZ")  # sortable, and valid on every filesystem
-        tmp = tempfile.mkdtemp(prefix=f".incomplete-{stamp}-", dir=self._root)
+        with self._lock:
+            os.makedirs(self._root, exist_ok=True)
+            self._remove_incomplete()
+            stamp = self._new_stamp()
+            tmp = tempfile.mkdtemp(prefix=f".incomplete-{stamp}-", dir=self._root)
+            try:
+                _write_synced(os.path.join(tmp, MARKER), MARKER_TEXT.encode())
+                manifest = json.dumps(self._write(tmp, tables), indent=1).encode()
+                _write_synced(os.path.join(tmp, MANIFEST), manifest)
+                _write_synced(os.path.join(tmp, MANIFEST_CRC), (
+                    f"{FORMAT} {VERSION} {len(manifest)} {zlib.crc32(manifest)}\n"
+                ).encode())
+                _fsync_dir(tmp)
+                final = os.path.join(self._root, stamp)
+                os.rename(tmp, final)
+                _fsync_dir(self._root)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            self._prune(keep=stamp)
+            return os.path.abspath(final)
+
+    def _new_stamp(self) -> str:
+        """A timestamp name later than every checkpoint under the root."""
+        newest = self.latest()
+        fmt = "%Y%m%dT%H%M%S%fZ"  # sortable, and valid on every filesystem
+        when = datetime.datetime.now(datetime.timezone.utc)
+        if newest:  # never older than the newest (a clock set back, or ties)
+            last = datetime.datetime.strptime(os.path.basename(newest), fmt)
+            when = max(when, last.replace(tzinfo=datetime.timezone.utc)
+                       + datetime.timedelta(microseconds=1))
+        while os.path.lexists(os.path.join(self._root, when.strftime(fmt))):
+            when += datetime.timedelta(microseconds=1)
+        return when.strftime(fmt)
+
+    def _prune(self, keep: str) -> None:
+        """Delete this checkpointer's checkpoints older than ``keep``."""
+        for entry in os.scandir(self._root):
+            if (_STAMP.fullmatch(entry.name) and entry.name < keep
+                    and _is_ours(entry.path)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    def _remove_incomplete(self) -> None:
+        """Delete the marked leftovers of saves that were killed (no save of
+        this root runs in this process while the lock is held)."""
         try:
-            manifest = self._write(tmp, tables)
-            with open(os.path.join(tmp, "manifest.json"), "w") as f:
-                json.dump(manifest, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(tmp)
-            final = os.path.join(self._root, stamp)
-            os.rename(tmp, final)
-            _fsync_dir(self._root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        for old in os.listdir(self._root):
-            path = os.path.join(self._root, old)
-            if old != stamp and os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-        return os.path.abspath(final)
+            entries = list(os.scandir(self._root))
+        except OSError:
+            return
+        for entry in entries:
+            if _INCOMPLETE.fullmatch(entry.name) and _is_ours(entry.path):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
     def _write(self, tmp: str, tables: Mapping[str, Table]) -> dict[str, Any]:
         chunks_out = _Checked(os.path.join(tmp, "chunks.bin"))
         written: set[int] = set()
         files: dict[str, dict[str, int]] = {}
+        structures: dict[int, int] = {0: 0}  # registry id -> index in manifest
         table_entries = []
         for i, (name, table) in enumerate(tables.items()):
             items, chunks = _core.export_items(table._core)
@@ -167,7 +249,7 @@ class DefaultCheckpointer(CheckpointerBase):
                 if cid in written:
                     continue
                 m = handle.meta
-                chunks_out.write(_CHUNK.pack(
+                chunks_out.write(CHUNK.pack(
                     cid, m["key"], m["episode_id"], m["first_step"], m["last_step"],
                     m["row_bytes"], m["n_rows"], int(m["compressed"]),
                     m["stored_bytes"]))
@@ -177,16 +259,17 @@ class DefaultCheckpointer(CheckpointerBase):
             fname = f"items-{i}.bin"
             specs: dict[tuple[Any, ...], int] = {}
             out = _Checked(os.path.join(tmp, fname))
-            for key, priority, times_sampled, columns in items:
+            for key, priority, times_sampled, columns, sid in items:
                 if columns is None:
-                    out.write(_ITEM.pack(key, priority, times_sampled, _NO_DATA))
+                    out.write(ITEM.pack(key, priority, times_sampled, NO_DATA, 0))
                     continue
-                out.write(_ITEM.pack(key, priority, times_sampled, len(columns)))
+                index = structures.setdefault(sid, len(structures))
+                out.write(ITEM.pack(key, priority, times_sampled, len(columns), index))
                 for spec, squeeze, slices in columns:
-                    index = specs.setdefault(spec, len(specs))
-                    out.write(_COLUMN.pack(index, squeeze, len(slices)))
+                    out.write(COLUMN.pack(specs.setdefault(spec, len(specs)),
+                                          squeeze, len(slices)))
                     for cid, offset, length in slices:
-                        out.write(_SLICE.pack(cid, offset, length))
+                        out.write(SLICE.pack(cid, offset, length))
             files[fname] = out.close()
             stats = table._core.stats()
             table_entries.append({
@@ -199,6 +282,7 @@ class DefaultCheckpointer(CheckpointerBase):
             })
         files["chunks.bin"] = chunks_out.close()
         return {"format": FORMAT, "version": VERSION, "tables": table_entries,
+                "structures": [_structures.to_json(sid) for sid in structures],
                 "files": files}
 
     # ----- restore -----
@@ -206,132 +290,13 @@ class DefaultCheckpointer(CheckpointerBase):
     def restore(self, tables: Mapping[str, Table], store: _core.ChunkStore) -> bool:
         """Load the newest checkpoint (or the fallback) into empty ``tables``.
         Returns False when there is none."""
-        path = self.latest() or self._fallback
-        if path is None:
-            return False
-        load(path, tables, store)
-        return True
-
-
-def load(path: str, tables: Mapping[str, Table], store: _core.ChunkStore) -> None:
-    """Verify and load the checkpoint at ``path`` (see the module docstring)."""
-    manifest = _read_manifest(path)
-    for fname, expect in manifest["files"].items():
-        _verify(os.path.join(path, fname), expect)
-    entries = manifest["tables"]
-    for entry in entries:
-        table = tables.get(entry["name"])
-        if table is None:
-            raise ValueError(f"Checkpoint table '{entry['name']}' has no matching "
-                             f"server table (server tables: {sorted(tables)})")
-        want = entry["config"]
-        have = json.loads(json.dumps(table_config(table)))
-        if want != have:
-            diffs = {k: (want[k], have.get(k)) for k in want if want[k] != have.get(k)}
-            raise ValueError(
-                f"Table '{entry['name']}' differs from its checkpoint "
-                f"(checkpoint, server): {diffs}; configure the table as it was "
-                "checkpointed")
-        if len(table):
-            raise ValueError(f"Table '{entry['name']}' must be empty to restore")
-    chunks = _read_chunks(os.path.join(path, "chunks.bin"), store)
-    plans = [(tables[e["name"]], e, _read_items(os.path.join(path, e["items_file"]),
-                                                e, chunks)) for e in entries]
-    try:
-        for table, entry, items in plans:
-            for key, priority, times_sampled, columns in items:
-                _core.restore_item(table._core, key, priority, times_sampled,
-                                   columns, chunks)
-            inserts, samples, deletes = entry["counters"]
-            _core.restore_counters(table._core, inserts, samples, deletes,
-                                   entry["stats"])
-    except BaseException:
-        for table, _, _ in plans:
-            table.reset()
-        raise
-
-
-def _read_manifest(path: str) -> dict[str, Any]:
-    try:
-        with open(os.path.join(path, "manifest.json")) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise errors.DataLossError(
-            f"{path} is not a readable checkpoint: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise errors.DataLossError(f"{path} is not a fastreplay checkpoint")
-    if manifest.get("version") != VERSION:
-        raise errors.DataLossError(
-            f"{path}: checkpoint format version {manifest.get('version')} is not "
-            f"supported (this fastreplay reads version {VERSION})")
-    return manifest
-
-
-def _verify(path: str, expect: Mapping[str, int]) -> None:
-    crc, size = 0, 0
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                crc = zlib.crc32(block, crc)
-                size += len(block)
-    except OSError as exc:
-        raise errors.DataLossError(f"checkpoint file {path}: {exc}") from exc
-    if size != expect["bytes"] or crc != expect["crc32"]:
-        raise errors.DataLossError(
-            f"checkpoint file {path} is corrupt or truncated ({size} bytes, "
-            f"crc32 {crc:#x}; expected {expect['bytes']} bytes, crc32 "
-            f"{expect['crc32']:#x})")
-
-
-def _read_chunks(path: str, store: _core.ChunkStore) -> dict[int, Any]:
-    chunks: dict[int, Any] = {}
-    with open(path, "rb") as f:
-        while header := f.read(_CHUNK.size):
-            if len(header) != _CHUNK.size:
-                raise errors.DataLossError(f"{path}: truncated chunk header")
-            cid, key, episode, first, last, row_bytes, n_rows, comp, stored = (
-                _CHUNK.unpack(header))
-            data = f.read(stored)
-            meta = {"key": key, "episode_id": episode, "first_step": first,
-                    "last_step": last, "row_bytes": row_bytes, "n_rows": n_rows,
-                    "compressed": bool(comp), "stored_bytes": stored}
-            chunks[cid] = _core.restore_chunk(store, meta, data)
-    return chunks
-
-
-def _read_items(path: str, entry: Mapping[str, Any], chunks: Mapping[int, Any]
-                ) -> list[tuple[Any, ...]]:
-    specs = [(k, size, tuple(shape)) for k, size, shape in entry["specs"]]
-    items: list[tuple[Any, ...]] = []
-    with open(path, "rb") as f:
-        data = f.read()
-    at = 0
-    try:
-        for _ in range(entry["num_items"]):
-            key, priority, times, n_cols = _ITEM.unpack_from(data, at)
-            at += _ITEM.size
-            if n_cols == _NO_DATA:
-                items.append((key, priority, times, None))
-                continue
-            columns = []
-            for _ in range(n_cols):
-                index, squeeze, n_slices = _COLUMN.unpack_from(data, at)
-                at += _COLUMN.size
-                slices = []
-                for _ in range(n_slices):
-                    cid, offset, length = _SLICE.unpack_from(data, at)
-                    at += _SLICE.size
-                    if cid not in chunks:
-                        raise errors.DataLossError(f"{path}: unknown chunk {cid}")
-                    slices.append((cid, offset, length))
-                columns.append((specs[index], bool(squeeze), slices))
-            items.append((key, priority, times, columns))
-    except (struct.error, IndexError) as exc:
-        raise errors.DataLossError(f"{path}: corrupt item records ({exc})") from exc
-    if at != len(data):
-        raise errors.DataLossError(
-            f"{path}: {len(data) - at} unexpected trailing bytes")
-    return items
+        with self._lock:
+            self._remove_incomplete()
+            path = self.latest() or self._fallback
+            if path is None:
+                return False
+            load(path, tables, store)
+            return True
 
 
 class TempDirCheckpointer(DefaultCheckpointer):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _nest, errors, structured_writer
+from fastreplay import _nest, _structures, errors, structured_writer
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
 from fastreplay.server import Server, lookup
 from fastreplay.table import Table, TableInfo
@@ -157,12 +157,12 @@ class Client:
         after at least one sample returns a shorter batch.
         """
         target = self._table(table)
-        keys, probs, prios, times, sizes, columns, _ = target._core.sample_batch(
-            batch_size, timeout
-        )
+        keys, probs, prios, times, sizes, columns, _, sid = (
+            target._core.sample_batch(batch_size, timeout))
         info = SampleInfoBatch(keys, probs, sizes, prios, times)
+        # The items' own nest (every item carries its structure id).
         structure = target.signature if target.signature is not None \
-            else target._structure
+            else _structures.get(sid)
         if structure is not None and len(_nest.flatten(structure)) == len(columns):
             return info, _nest.unflatten_as(structure, columns)
         return info, columns

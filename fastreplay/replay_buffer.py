@@ -125,7 +125,7 @@ class ReplayBuffer:
         ``indexes`` (keys for ``update_priorities``), ``weights`` (importance
         weights with exponent ``beta``; ones for a uniform buffer) and
         ``probabilities``."""
-        keys, probs, prios, times, sizes, columns, _ = self._table._core.sample_batch(
+        keys, probs, prios, times, sizes, columns, *_ = self._table._core.sample_batch(
             batch_size, timeout
         )
         assert self._fields is not None

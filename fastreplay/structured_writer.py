@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fastreplay import _core, _nest, errors
+from fastreplay import _core, _nest, _structures, errors
 from fastreplay._structured_config import (
     Condition,
     ConditionProto,
@@ -148,8 +148,8 @@ class StructuredWriter(_core._StructuredBase):
             else:
                 fn = (_core.PRIORITY_FNS["constant"], p.value, -1)
             table = self._tables[config.table]
-            table._structure = config.pattern_structure
-            compiled.append((table._core, nodes, conds, *fn))
+            compiled.append((table._core, nodes, conds, *fn,
+                             _structures.intern(config.pattern_structure)))
         self._sw = _core.StructuredCore(core, len(flat), stored, data_sources, compiled)
         self._plan = _core.FlattenPlan(_nest.map_structure(lambda _: None, data),
                                        {p: i for i, p in enumerate(paths)})

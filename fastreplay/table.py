@@ -237,16 +237,6 @@ class Table:
     # ----- Reverb surface -----
 
     @property
-    def _structure(self) -> Any:
-        """Structure (nest with None leaves) of the last trajectory a writer
-        created here, used to unpack batches when there is no signature."""
-        return self._core.structure
-
-    @_structure.setter
-    def _structure(self, structure: Any) -> None:
-        self._core.structure = structure
-
-    @property
     def name(self) -> str:
         return self._name
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fastreplay import _core, _nest, errors
+from fastreplay import _core, _nest, _structures, errors
 from fastreplay.chunkers import (
     AutoTunedChunkerOptions,
     ChunkerOptions,
@@ -225,15 +225,16 @@ class TrajectoryWriter(_core._WriterBase):
 
     # ----- items -----
 
-    def _item_columns(self, trajectory: Any) -> tuple[list[Any], Any]:
-        """The trajectory's leaves in flatten order and its nest with None
-        leaves.  A flat dict of columns is remembered (its keys, their
-        flatten order, the structure) so later items skip flattening."""
+    def _item_columns(self, trajectory: Any) -> tuple[list[Any], int]:
+        """The trajectory's leaves in flatten order and the registry id of
+        its nest (``_core.intern_structure``).  A flat dict of columns is
+        remembered (its keys, their flatten order, the structure id) so later
+        items skip flattening."""
         columns = _nest.flatten(trajectory)
         if type(trajectory) is dict and len(trajectory) == len(columns) and all(
             isinstance(c, TrajectoryColumn) for c in columns
         ):
-            structure = dict.fromkeys(trajectory)
+            structure = _structures.intern(dict.fromkeys(trajectory))
             try:
                 order = tuple(sorted(trajectory))
             except TypeError:  # unsortable keys: no cached plan
@@ -241,7 +242,8 @@ class TrajectoryWriter(_core._WriterBase):
             self._item_keys, self._item_order = tuple(trajectory), order
             self._item_structure = structure
             return columns, structure
-        return columns, _nest.map_structure(lambda _: None, trajectory)
+        return columns, _structures.intern(
+            _nest.map_structure(lambda _: None, trajectory))
 
     def _target(self, table: str, columns: list[Any]) -> tuple[Table, Any, bool]:
         """(table, its core, whether items need a signature check), cached

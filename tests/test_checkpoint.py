@@ -10,6 +10,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from checkpoint_forge import save_manifest
 
 import fastreplay as reverb
 from fastreplay import errors
@@ -118,6 +119,7 @@ def test_checkpoint_without_checkpointer_uses_a_temporary_directory() -> None:
     fill(server)
     path = server.localhost_client().checkpoint()
     assert os.path.isfile(os.path.join(path, "manifest.json"))
+    assert os.path.isfile(os.path.join(path, "manifest.crc"))
 
 
 def _saved(tmp_path) -> str:
@@ -155,13 +157,18 @@ def test_flipped_byte_is_rejected(tmp_path, name) -> None:
 
 
 def test_foreign_or_future_format_is_rejected(tmp_path) -> None:
-    manifest = pathlib.Path(_saved(tmp_path), "manifest.json")
+    path = _saved(tmp_path)
+    manifest = pathlib.Path(path, "manifest.json")
     doc = json.loads(manifest.read_text())
     doc["version"] = 99
-    manifest.write_text(json.dumps(doc))
+    save_manifest(path, doc)  # with a matching checksum
     _assert_loads_nothing(tmp_path, errors.DataLossError, "version 99")
     doc["format"] = "something-else"
-    manifest.write_text(json.dumps(doc))
+    save_manifest(path, doc)
+    _assert_loads_nothing(tmp_path, errors.DataLossError, "not a fastreplay")
+    envelope = pathlib.Path(path, "manifest.crc")
+    envelope.write_text(envelope.read_text().replace("fastreplay-checkpoint",
+                                                     "other-format"))
     _assert_loads_nothing(tmp_path, errors.DataLossError, "not a fastreplay")
 
 

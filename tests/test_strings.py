@@ -350,8 +350,6 @@ def test_checkpoint_round_trip_of_strings(tmp_path) -> None:
     restored = reverb.Server(tables(), checkpointer=DefaultCheckpointer(str(tmp_path)))
     try:
         _, data = restored.localhost_client().sample_batch("t", 3)
-        if isinstance(data, list):  # flat until item structures are kept
-            data = dict(zip("bfls", data))
         assert data["s"].tolist() == [[f"s{i}é", f"s{i + 1}é"] for i in range(3)]
         assert data["b"][:, :, 0].tolist() == [[b"x" * i, b"x" * (i + 1)]
                                                for i in range(3)]
