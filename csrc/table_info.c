@@ -44,8 +44,10 @@ int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
     int rc = fr_table_check_locked(t, priority);
     if (rc != FR_OK) return rc;
     pthread_mutex_lock(&t->mu);
-    if (fr_keymap_get(&t->index, key) >= 0 || t->sampler.size >= t->max_size) {
-        rc = FR_EINVAL;
+    if (fr_keymap_get(&t->index, key) >= 0) {
+        rc = FR_EKEY_EXISTS;
+    } else if (t->sampler.size >= t->max_size) {
+        rc = FR_ETABLE_FULL;
     } else if ((rc = fr_table_ensure_slot(t)) == FR_OK) {
         int32_t slot = t->free_slots[t->num_free - 1];
         if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK) {

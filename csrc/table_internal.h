@@ -56,6 +56,16 @@ FR_INLINE int64_t fr_deadline_from(int64_t timeout_ns) {
 /* A condition variable on CLOCK_MONOTONIC (deadlines use fr_now_ns). */
 int fr_init_cond(pthread_cond_t *cv);
 
+/* The one timed wait of the core: with `mu` held, wait on cv until
+ * signalled, until the absolute `deadline` (FR_NO_DEADLINE: forever) or for
+ * at most one interrupt slice.  Once a slice (FR_INTERRUPT_SLICE_NS, counted
+ * from *next_check, which a caller sets to 0 before its first wait) has
+ * passed it calls the interrupt hook with `mu` released.  Returns FR_OK
+ * (re-check the predicate: the state may have changed), FR_ETIMEOUT once
+ * the deadline has passed, or FR_EINTR when the hook asked to stop. */
+int fr_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
+                       int64_t deadline, int64_t *next_check);
+
 /* Add delta to a sync's pending count (and `dropped` to its drop count),
  * waking its waiters when something completed. */
 void fr_sync_add(fr_sync *s, int64_t delta, int64_t dropped);

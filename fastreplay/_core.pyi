@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 SELECTOR_KINDS: dict[str, int]
 RATE_LIMITER_TIMEOUT_MESSAGE: str
+RATE_LIMITER_SAMPLE_TIMEOUT_MESSAGE: str
 LZ4_AVAILABLE: bool
 
 def _handoff_cores() -> int: ...

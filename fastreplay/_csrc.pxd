@@ -23,6 +23,15 @@ cdef extern from "fr_common.h" nogil:
         FR_EREPEATED
         FR_ESQUEEZE
         FR_ECORRUPT
+        FR_EPRIORITY_BIG
+        FR_ETABLE_FULL
+        FR_EINTR
+        FR_EASYNC
+        FR_ESAMPLE_TIMEOUT
+        FR_ESYSTEM
+
+    ctypedef int (*fr_interrupt_fn)() noexcept nogil
+    void fr_interrupt_install(fr_interrupt_fn hook)
 
 
 cdef extern from "mem.h" nogil:
@@ -165,6 +174,11 @@ cdef extern from "table.h" nogil:
                            int64_t max_size, int64_t max_times_sampled,
                            fr_rate_limiter limiter, uint64_t seed,
                            fr_payload_ops ops)
+    int fr_table_create(int sampler_kind, double sampler_exponent,
+                        int remover_kind, double remover_exponent,
+                        int64_t max_size, int64_t max_times_sampled,
+                        fr_rate_limiter limiter, uint64_t seed,
+                        fr_payload_ops ops, fr_table **out)
     void fr_table_free(fr_table *t)
     void fr_table_close(fr_table *t)
     int fr_table_insert(fr_table *t, uint64_t key, double priority,
@@ -264,6 +278,9 @@ cdef extern from "writer.h" nogil:
         pass
     fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                              fr_chunker_options default_opt)
+    int fr_writer_create(fr_store *store, uint64_t seed,
+                         fr_chunker_options default_opt, fr_writer **out)
+    int fr_writer_take_failure(fr_writer *w, uint64_t *key, const fr_table **table)
     void fr_writer_free(fr_writer *w)
     int32_t fr_writer_add_column(fr_writer *w, const fr_chunker_options *opt)
     int32_t fr_writer_num_columns(const fr_writer *w)

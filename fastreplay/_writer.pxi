@@ -432,8 +432,7 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
 
 cdef int _raise_writer_status(int rc) except -1:
     if rc == FR_ECLOSED:
-        _raise_for_status(rc, "", "A table this writer inserts into was closed "
-                          "and dropped queued items (or the writer was closed).")
+        _raise_for_status(rc, "", "The writer was closed.")
     return _raise_for_status(rc, "writer")
 
 
@@ -447,9 +446,13 @@ cdef class WriterCore:
     cdef fr_writer *_w
     cdef readonly ChunkStore store
     cdef list _paths
+    cdef dict _table_names        # table address -> name, for failure reports
+    cdef const fr_table *_last_table
 
     def __cinit__(self, *args, **kwargs):
         self._w = NULL
+        self._table_names = {}
+        self._last_table = NULL
 
     def __init__(self, ChunkStore store, uint64_t seed, int32_t num_keep_alive_refs,
                  max_chunk_length=None, double throughput_weight=1.0) -> None:
@@ -457,9 +460,27 @@ cdef class WriterCore:
         _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
         self.store = store
         self._paths = []
-        self._w = fr_writer_new(store._s, seed, o)
-        if self._w == NULL:
-            raise MemoryError()
+        _raise_for_status(fr_writer_create(store._s, seed, o, &self._w),
+                          "could not create the writer")
+
+    cdef int _raise_status(self, int rc) except -1:
+        """Raise for a status of flush, end_episode or create_item: an
+        FR_EASYNC becomes the recorded failure of the queued insert, naming
+        its table and key (then the writer is usable again)."""
+        cdef uint64_t key = 0
+        cdef const fr_table *table = NULL
+        if rc != FR_EASYNC:
+            return _raise_writer_status(rc)
+        rc = fr_writer_take_failure(self._w, &key, &table)
+        name = self._table_names.get(<size_t>table, "?")
+        if rc == FR_ECLOSED:
+            _raise_for_status(rc, "", f"Table '{name}' was closed before item {key} "
+                              "of this writer could be inserted; the item was "
+                              "dropped.")
+        text = _DEFAULT_MESSAGES.get(rc, f"fastreplay core error {rc}.")
+        return _raise_for_status(rc, "", f"Item {key} of this writer could not be "
+                                 f"inserted into table '{name}' and was dropped: "
+                                 f"{text}")
 
     def __dealloc__(self):
         if self._w != NULL:
@@ -684,6 +705,9 @@ cdef class WriterCore:
                     cv[at + k] = tc.col_at(k)
                     iv[at + k] = tc.ids[k]
                 at += tc.n
+            if table._t != self._last_table:  # for failure reports
+                self._table_names[<size_t>table._t] = table.name
+                self._last_table = table._t
             # Short and non-blocking: keeping the GIL is cheaper than handing
             # it over twice.
             rc = fr_writer_create_item(self._w, table._t, priority, structure_id,
@@ -700,6 +724,8 @@ cdef class WriterCore:
 
     cdef _raise_create(self, int rc, TableCore table, double priority, list columns,
                        int32_t bad_column, int32_t bad_ref):
+        if rc == FR_EASYNC:
+            self._raise_status(rc)
         if rc == FR_EPRIORITY_NAN and bad_column < 0:
             _raise_for_status(rc, "", "`priority` must not be nan.")
         if bad_column < 0:
@@ -743,7 +769,7 @@ cdef class WriterCore:
             rc = fr_writer_flush(self._w, ignore_last, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_writer_status(rc)
+        self._raise_status(rc)
         return True
 
     def end_episode(self, bint clear_buffers, timeout) -> bool:
@@ -754,7 +780,7 @@ cdef class WriterCore:
             rc = fr_writer_end_episode(self._w, clear_buffers, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_writer_status(rc)
+        self._raise_status(rc)
         return True
 
 

@@ -158,7 +158,7 @@ class Client:
         """
         target = self._table(table)
         keys, probs, prios, times, sizes, columns, _, sid = (
-            target._core.sample_batch(batch_size, timeout))
+            target._core.sample_batch(target._num_samples(batch_size), timeout))
         info = SampleInfoBatch(keys, probs, sizes, prios, times)
         # The items' own nest (every item carries its structure id).
         structure = target.signature if target.signature is not None \

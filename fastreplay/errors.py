@@ -13,6 +13,7 @@ __all__ = [
     "DeadlineExceededError",
     "FailedPreconditionError",
     "InvalidArgumentError",
+    "InternalError",
     "InvalidPriorityError",
     "ReverbError",
     "TableClosedError",
@@ -49,3 +50,7 @@ class FailedPreconditionError(ReverbError, RuntimeError):
 
 class DataLossError(ReverbError, RuntimeError):
     """Stored data failed to decode (corrupt chunk or checkpoint)."""
+
+
+class InternalError(ReverbError, RuntimeError):
+    """The core failed in a way no argument explains (Reverb's INTERNAL)."""

@@ -474,12 +474,17 @@ class TestSample:
         table.delete([4])
         assert not table.can_sample(1)
 
-    def test_timeout_message_mentions_insert(self) -> None:
-        # Reverb quirk (spec 8.10): clients match on this exact text.
+    def test_sample_timeout_message_says_sample(self) -> None:
+        # Reverb says "insert" on the sample path too (spec 8.10); fastreplay
+        # keeps the "Rate Limiter: Timeout exceeded" prefix clients match on
+        # and says what timed out (issue 11).
         table = make(limiter=rl.MinSize(1))
         with pytest.raises(DeadlineExceededError) as exc_info:
             table.sample(1, timeout=0)
-        assert TIMEOUT_MESSAGE in str(exc_info.value)
+        assert str(exc_info.value).startswith(
+            "Rate Limiter: Timeout exceeded before the right to sample was acquired.")
+        assert "table 't'" in str(exc_info.value)
+        assert TIMEOUT_MESSAGE not in str(exc_info.value)
         assert isinstance(exc_info.value, ReverbError)
 
     def test_partial_batch_when_limiter_runs_out(self) -> None:
