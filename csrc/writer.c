@@ -185,7 +185,11 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
         fr_column *c = &w->cols[cols[i]];
         if (!c->has_spec && (rc = fr_column_set_spec(c, &specs[i])) != FR_OK)
             return rc;
-        rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
+        rc = fr_spec_is_var(&c->spec)
+                 ? fr_column_append_var(c, rows[i], specs[i].row_bytes, w->hlen,
+                                        w->episode_id, step, &w->rng)
+                 : fr_column_append(c, rows[i], w->hlen, w->episode_id, step,
+                                    &w->rng);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
     }
@@ -397,13 +401,14 @@ int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id) {
     return col >= 0 && col < w->n_cols && fr_column_cell(&w->cols[col], id) != NULL;
 }
 
+int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id) {
+    return fr_column_row_bytes(&w->cols[col], id);
+}
+
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst) {
     fr_column *c = &w->cols[col];
-    fr_cell *cell = fr_column_cell(c, id);
-    if (!cell) return FR_EEXPIRED;
-    int64_t need = cell->chunk->compressed
-                       ? (int64_t)cell->chunk->n_rows * cell->chunk->row_bytes
-                       : 0;
+    int64_t need = fr_column_scratch_bytes(c, id);
+    if (need < 0) return FR_EEXPIRED;
     if (need > w->scratch_cap) {
         unsigned char *s = realloc(w->scratch, (size_t)need);
         if (!s) return FR_ENOMEM;

@@ -112,6 +112,10 @@ int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id);
  * FR_ECLOSED; every later call returns FR_ECLOSED. */
 void fr_writer_close(fr_writer *w);
 
+/* Bytes fr_writer_read_cell writes for cell (col, id): the spec's row_bytes,
+ * or a variable-length cell's blob length.  FR_EEXPIRED when not alive. */
+int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id);
+
 /* Copy the value of cell (col, id) into dst.  FR_EEXPIRED when not alive. */
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst);
 

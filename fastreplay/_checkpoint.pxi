@@ -86,14 +86,19 @@ def export_items(TableCore table) -> tuple:
     return items, chunks
 
 
+# row_bytes of chunks of variable-length (string and bytes) rows.
+VAR_ROWS = FR_VAR_ROWS
+
 # Numpy kinds a column may have, with the item sizes numpy gives them.
 _COLUMN_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
-                 "f": (2, 4, 8, 16), "c": (8, 16, 32)}
+                 "f": (2, 4, 8, 16), "c": (8, 16, 32),
+                 "U": (0,), "S": (0,)}  # strings, bytes: variable-length rows
 
 
 def _spec_kind_ok(kind, itemsize) -> bool:
     """Whether a stored column spec's (kind, itemsize) is one fastreplay
-    writes and reads as raw bytes: the ONE place that decides which column
+    writes and reads (raw bytes, or for 'U'/'S' variable-length rows that
+    are parsed, never trusted): the ONE place that decides which column
     kinds a checkpoint may declare.  Object columns are never materialized
     from raw bytes."""
     if type(kind) is not str or type(itemsize) is not int:
@@ -120,7 +125,8 @@ def restore_chunk(ChunkStore store, dict meta, bytes data) -> ChunkHandle:
     for name in ("first_step", "last_step", "row_bytes"):
         if not -2**63 <= meta[name] < 2**63:
             raise errors.DataLossError(f"chunk {meta['key']}: bad {name}")
-    if not 0 <= meta["n_rows"] < 2**31 or meta["row_bytes"] < 0:
+    if not 0 <= meta["n_rows"] < 2**31 or (meta["row_bytes"] < 0 and
+                                           meta["row_bytes"] != FR_VAR_ROWS):
         raise errors.DataLossError(f"chunk {meta['key']}: bad size {meta}")
     cdef fr_chunk *c = fr_chunk_restore(
         store._s, meta["key"], meta["episode_id"], meta["first_step"],
@@ -161,7 +167,8 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
             size *= d
         if size >= 2**40:
             raise errors.DataLossError(f"item {key}: column {ci} rows are too large")
-        row_bytes = size
+        # String and bytes columns live on variable-length chunks only.
+        row_bytes = FR_VAR_ROWS if kind in "US" else size
         rows = 0
         for cid, offset, length in slices:
             h = chunks.get(cid)

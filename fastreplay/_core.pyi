@@ -36,6 +36,9 @@ def export_items(
     list[tuple[int, float, int, list[Any] | None, int]], dict[int, ChunkHandle]
 ]: ...
 def _spec_kind_ok(kind: object, itemsize: object) -> bool: ...
+
+VAR_ROWS: int
+
 def restore_chunk(
     store: ChunkStore, meta: dict[str, Any], data: bytes
 ) -> ChunkHandle: ...

@@ -253,6 +253,7 @@ def priority_weight(double priority, double exponent) -> float:
 
 
 include "_outpool.pxi"
+include "_strings.pxi"
 include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"

@@ -74,6 +74,11 @@ cdef extern from "chunk.h" nogil:
         unsigned char *data
     void fr_chunk_retain(fr_chunk *c)
     void fr_chunk_release(fr_chunk *c)
+    enum:
+        FR_VAR_ROWS
+    int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c)
+    int fr_chunk_var_data(const fr_chunk *c, void *scratch, const int64_t **offsets,
+                          const unsigned char **payload)
     fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                                int64_t first_step, int64_t last_step,
                                int64_t row_bytes, int32_t n_rows, int compressed,
@@ -250,6 +255,7 @@ cdef extern from "trajectory.h" nogil:
                                void *out, int64_t item_stride, void *cache,
                                int64_t cache_bytes_each, int32_t cache_slots)
     int fr_spec_equal(const fr_spec *a, const fr_spec *b)
+    int fr_spec_is_var(const fr_spec *s)
     const fr_spec *fr_spec_intern(const fr_spec *s)
     void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
@@ -294,6 +300,7 @@ cdef extern from "writer.h" nogil:
     int64_t fr_writer_history_len(const fr_writer *w)
     int64_t fr_writer_episode_steps(const fr_writer *w)
     int fr_writer_step_open(const fr_writer *w)
+    int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id)
     int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col)
     void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
                             const int64_t *pos, int64_t *ids)

@@ -83,6 +83,11 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             raise MemoryError()
         for c in range(n_cols):  # allocate with the GIL ...
             first = &ts[0].columns[c]
+            if fr_spec_is_var(first.spec):  # decoded here, skipped below
+                columns.append(_gather_text(ts, n, c))
+                squeeze.append(bool(first.squeeze))
+                outs[c], strides[c] = NULL, 0
+                continue
             shape, dtype = _spec_info(first.spec)
             out = _empty_output((n,) + (() if first.squeeze else (first.length,)) + shape,
                                 dtype)
@@ -171,6 +176,12 @@ cdef class SampledTrajectory:
         out = []
         for i in range(self._t.n_columns):
             c = &self._t.columns[i]
+            if fr_spec_is_var(c.spec):
+                blobs = []
+                _column_blobs(self._t, i, blobs)
+                arr = _decode_text(c.spec, blobs, (c.length,))
+                out.append(arr[0, ...] if c.squeeze else arr)
+                continue
             shape = _shape_of(c.spec)
             arr = np.empty((c.length,) + shape, dtype=_dtype_of(c.spec))
             if arr.nbytes:

@@ -4,6 +4,7 @@
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
+    PyBUF_SIMPLE,
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
@@ -65,6 +66,8 @@ def _handoff_cores() -> int:
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)
+    if dt.kind in _TEXT_KINDS:  # TensorFlow's name; bytes are a kind of their own
+        return "bytes" if dt.kind == "S" else "string"
     return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
 
 
@@ -147,6 +150,8 @@ cdef struct _StepArrays:
     Py_buffer *views
     int64_t *strides       # bytes between environments (batched)
     int64_t *scalars       # storage of Python scalars (8 bytes each)
+    int64_t **env_offs     # batched string values: per value NULL or the
+                           # n_envs + 1 offsets of each environment's blob
 
 
 cdef struct _StepInline:
@@ -164,6 +169,7 @@ cdef inline void _step_inline_init(_StepInline *s) noexcept:
     s.a.n = s.a.n_views = s.a.total = 0
     s.a.cols, s.a.rows, s.a.specs = s.cols, s.rows, s.specs
     s.a.views, s.a.strides, s.a.scalars = s.views, s.strides, s.scalars
+    s.a.env_offs = NULL  # never batched
 
 
 cdef dict _SCALAR_TYPES = {}  # type -> numpy scalar of a supported kind?
@@ -207,6 +213,10 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         except (BufferError, ValueError):  # not C-contiguous: copy below
             kind = 0
     if kind == 0:
+        if not isinstance(v, (str, bytes)):
+            v = np.asarray(v)
+        if isinstance(v, (str, bytes)) or v.dtype.kind in _TEXT_KINDS:
+            return _step_put_text(s, v, path, batched)
         v = _as_native_array(v, path)
         PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
         kind = _format_kind(view.format)
@@ -219,13 +229,61 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         raise ValueError(
             f"column {path}: leading axis {view.shape[0]} "
             f"!= number of environments {batched}")
-    spec.dtype = kind
+    spec.dtype = ord(kind)
     spec.itemsize = view.itemsize
     spec.ndim = view.ndim - lead
     spec.row_bytes = view.itemsize
     for d in range(lead, view.ndim):
         spec.shape[d - lead] = view.shape[d]
         spec.row_bytes *= view.shape[d]
+    s.strides[i] = spec.row_bytes
+    s.rows[i] = view.buf
+    s.total += view.len
+    s.n += 1
+    return 0
+
+
+cdef int _step_put_text(_StepArrays *s, object v, object path,
+                        Py_ssize_t batched) except -1:
+    """_step_put for a string or bytes value (see _strings.pxi): the value
+    is encoded into one blob, which the step holds as a buffer.  Batched,
+    each environment's row is encoded and the blobs are concatenated, with
+    their offsets in s.env_offs[i]."""
+    cdef Py_ssize_t i = s.n, d, e
+    cdef fr_spec *spec = &s.specs[i]
+    cdef Py_buffer *view = &s.views[s.n_views]
+    cdef int64_t *offs
+    if not batched:
+        kind, shape, blob = _encode_text(v, path)
+    else:
+        if not isinstance(v, _ndarray) or v.ndim < 1:
+            raise ValueError(f"column {path}: expected a leading axis of "
+                             f"{batched} environments, got a scalar")
+        if v.shape[0] != batched:
+            raise ValueError(f"column {path}: leading axis {v.shape[0]} "
+                             f"!= number of environments {batched}")
+        rows = [_encode_text(v[e], path) for e in range(batched)]
+        kind, shape = rows[0][0], rows[0][1]
+        if any(r[0] != kind for r in rows):
+            raise TypeError(f"Unsupported value for column {path}: environments "
+                            "mix str and bytes")
+        offs = s.env_offs[i] = <int64_t *>malloc((batched + 1) * sizeof(int64_t))
+        if offs == NULL:
+            raise MemoryError()
+        offs[0] = 0
+        for e in range(batched):
+            offs[e + 1] = offs[e] + len(rows[e][2])
+        blob = b"".join([r[2] for r in rows])
+    PyObject_GetBuffer(blob, view, PyBUF_SIMPLE)
+    s.n_views += 1
+    spec.dtype = ord(kind)
+    spec.itemsize = 0
+    spec.ndim = len(shape)
+    for d in range(spec.ndim):
+        spec.shape[d] = shape[d]
+    # The row's length (per environment: _append_envs); the column's spec
+    # keeps 0.
+    spec.row_bytes = view.len if not batched else s.env_offs[i][1]
     s.strides[i] = spec.row_bytes
     s.rows[i] = view.buf
     s.total += view.len
@@ -255,8 +313,9 @@ cdef class _Step:
         self.a.views = <Py_buffer *>malloc(m * sizeof(Py_buffer))
         self.a.strides = <int64_t *>malloc(m * sizeof(int64_t))
         self.a.scalars = <int64_t *>malloc(m * sizeof(int64_t))
+        self.a.env_offs = <int64_t **>calloc(m, sizeof(int64_t *))
         if not (self.a.cols and self.a.rows and self.a.specs and self.a.views and
-                self.a.strides and self.a.scalars):
+                self.a.strides and self.a.scalars and self.a.env_offs):
             raise MemoryError()
         for i in range(n):
             _step_put(&self.a, cols[i], values[i], paths[cols[i]], batched)
@@ -268,6 +327,19 @@ cdef class _Step:
         _step_release(&self.a)
         free(self.a.cols); free(self.a.rows); free(self.a.specs)
         free(self.a.views); free(self.a.strides); free(self.a.scalars)
+        cdef Py_ssize_t i
+        if self.a.env_offs != NULL:
+            for i in range(self.a.n):
+                free(self.a.env_offs[i])
+            free(self.a.env_offs)
+
+    cdef str text_path(self, list paths):
+        """Path of the first string/bytes value, or None."""
+        cdef Py_ssize_t i
+        for i in range(self.a.n):
+            if self.a.env_offs[i] != NULL:
+                return paths[i]
+        return None
 
 
 cdef int _scalar_spec(object v, fr_spec *spec, int64_t *slot) except -1:
@@ -308,6 +380,11 @@ cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
     cdef int rc = FR_OK
     for e in range(n_envs):
         for i in range(step.a.n):
+            if step.a.env_offs[i] != NULL:  # string rows of varying length
+                rows[i] = <const char *>step.a.rows[i] + step.a.env_offs[i][e]
+                step.a.specs[i].row_bytes = (step.a.env_offs[i][e + 1] -
+                                             step.a.env_offs[i][e])
+                continue
             rows[i] = <const char *>step.a.rows[i] + e * step.a.strides[i]
         rc = fr_writer_append(ws[e], step.a.n, step.a.cols, rows, step.a.specs,
                               partial, &bad)
@@ -556,6 +633,8 @@ cdef class WriterCore:
     def read_cell(self, int32_t col, int64_t cell) -> np.ndarray:
         """The value of cell ``cell`` of column ``col`` (a copy)."""
         cdef fr_column *c = fr_writer_column(self._w, col)
+        if fr_spec_is_var(&c.spec):
+            return self._read_text_cell(c, col, cell)
         out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
         cdef unsigned char[::1] ov = out.reshape(-1).view(np.uint8)
         cdef unsigned char dummy = 0
@@ -567,6 +646,18 @@ cdef class WriterCore:
             raise RuntimeError("Cannot access data from expired WeakCellRef")
         _raise_for_status(rc, f"column {self._paths[col]}")
         return out
+
+    cdef object _read_text_cell(self, fr_column *c, int32_t col, int64_t cell):
+        cdef int64_t n = fr_writer_cell_bytes(self._w, col, cell)
+        if n == FR_EEXPIRED:
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
+        blob = PyBytes_FromStringAndSize(NULL, n)
+        cdef char *dst = PyBytes_AS_STRING(blob)
+        cdef int rc
+        with nogil:
+            rc = fr_writer_read_cell(self._w, col, cell, dst)
+        _raise_for_status(rc, f"column {self._paths[col]}")
+        return _decode_text(&c.spec, [blob], ())
 
     def create_item(self, TableCore table, double priority, list columns) -> int:
         """Queue an item whose trajectory columns are the TrajectoryColumn
@@ -708,6 +799,10 @@ def insert_rows(TableCore table, ChunkStore store, list names, list values, keys
     if n == 0:
         return 0
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
+    text = step.text_path(names)
+    if text is not None:
+        raise ValueError(f"column {text}: string and bytes columns cannot be "
+                         "inserted as rows; write them with a TrajectoryWriter")
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
     cdef int rc

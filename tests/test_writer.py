@@ -806,8 +806,9 @@ def test_bad_partial_append_keeps_step_state() -> None:
     assert values(w.history["scalar"]) == [1, 2]
 
 
-@pytest.mark.parametrize("value", ["abc", b"abc", np.array(["a", "b"]),
-                                   np.datetime64("2020-01-01"),
+# (str and bytes are supported: tests/test_strings.py.)
+@pytest.mark.parametrize("value", [np.datetime64("2020-01-01"),
+                                   np.array([1, None], dtype=object),
                                    np.array([object()], dtype=object)])
 def test_unsupported_dtype_raises_type_error(value: Any) -> None:
     w = TrajectoryWriter(fifo_table(), 10)
@@ -1668,7 +1669,7 @@ def _snapshot(vec: VectorTrajectoryWriter, keys: Any = None) -> list[Any]:
     ({"obs": np.zeros((3, 3), np.float32), "act": np.zeros(3, np.int64)},
      ValueError),
     ({"obs": np.zeros((3, 2), np.float32), "act": np.array(["a", "b", "c"])},
-     TypeError),
+     ValueError),  # a string into an int column
     ({"obs": np.zeros((3, 2), np.float32), "act": 1}, ValueError),
 ], ids=["short-axis", "long-axis-second-leaf", "dtype", "shape", "str",
         "no-env-axis"])
