@@ -61,13 +61,27 @@ fr_chunk *fr_chunk_new(fr_store *store, uint64_t key, uint64_t episode_id,
     return c;
 }
 
+/* Offsets table of a variable-length chunk's data, and its size. */
+static const int64_t *var_offsets(const fr_chunk *c) {
+    return (const int64_t *)(const void *)c->data;
+}
+static int64_t var_header(int32_t n_rows) {
+    return (int64_t)sizeof(int64_t) * ((int64_t)n_rows + 1);
+}
+
+/* Bytes the rows of a ready chunk take raw (the stores' raw_bytes). */
+static int64_t raw_bytes(const fr_chunk *c) {
+    if (c->row_bytes != FR_VAR_ROWS) return (int64_t)c->n_rows * c->row_bytes;
+    return var_header(c->n_rows) + var_offsets(c)[c->n_rows];
+}
+
 void fr_chunk_release(fr_chunk *c) {
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
         atomic_fetch_sub(&c->store->live_chunks, 1);
         atomic_fetch_sub(&c->store->stored_bytes, c->stored_bytes);
-        atomic_fetch_sub(&c->store->raw_bytes, (int64_t)c->n_rows * c->row_bytes);
+        atomic_fetch_sub(&c->store->raw_bytes, raw_bytes(c));
     }
     fr_store_release(c->store);
     free(c->data);
@@ -129,6 +143,20 @@ static unsigned char *try_compress(const void *raw, int64_t n, int64_t *out_n) {
     return out;
 }
 
+/* Publish finalized data: accounting, then ready (release order). */
+static void publish(fr_chunk *c, unsigned char *data, int32_t n_rows,
+                    int64_t stored, int64_t first_step, int64_t last_step) {
+    c->data = data;
+    c->n_rows = n_rows;
+    c->stored_bytes = stored;
+    c->first_step = first_step;
+    c->last_step = last_step;
+    atomic_fetch_add(&c->store->live_chunks, 1);
+    atomic_fetch_add(&c->store->stored_bytes, stored);
+    atomic_fetch_add(&c->store->raw_bytes, raw_bytes(c));
+    atomic_store_explicit(&c->ready, 1, memory_order_release);
+}
+
 int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
                       int64_t first_step, int64_t last_step, int compress) {
     int64_t raw_n = (int64_t)n_rows * c->row_bytes;
@@ -141,15 +169,7 @@ int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
         memcpy(data, rows, (size_t)raw_n);
         stored = raw_n;
     }
-    c->data = data;
-    c->n_rows = n_rows;
-    c->stored_bytes = stored;
-    c->first_step = first_step;
-    c->last_step = last_step;
-    atomic_fetch_add(&c->store->live_chunks, 1);
-    atomic_fetch_add(&c->store->stored_bytes, stored);
-    atomic_fetch_add(&c->store->raw_bytes, raw_n);
-    atomic_store_explicit(&c->ready, 1, memory_order_release);
+    publish(c, data, n_rows, stored, first_step, last_step);
     return FR_OK;
 }
 
@@ -188,18 +208,61 @@ int64_t fr_lz4_block_size(const unsigned char *src, int64_t n) {
     return -1; /* empty block, or one ending in a match */
 }
 
+int fr_chunk_finalize_var(fr_chunk *c, const int64_t *offsets, const void *payload,
+                          int32_t n_rows, int64_t first_step, int64_t last_step,
+                          int compress) {
+    int64_t head = var_header(n_rows), raw_n = offsets[n_rows], packed = raw_n;
+    unsigned char *z = compress && raw_n >= 256 ? try_compress(payload, raw_n, &packed)
+                                                : NULL;
+    unsigned char *data = malloc((size_t)(head + packed));
+    if (!data) {
+        free(z);
+        return FR_ENOMEM;
+    }
+    memcpy(data, offsets, (size_t)head);
+    memcpy(data + head, z ? (const void *)z : payload, (size_t)packed);
+    c->compressed = z != NULL;
+    free(z);
+    publish(c, data, n_rows, head + packed, first_step, last_step);
+    return FR_OK;
+}
+
+/* Whether `data` (stored bytes) is a consistent variable-length chunk of
+ * n_rows rows: a rising offsets table from 0 and a payload of its last
+ * offset's size, raw or as a well-formed LZ4 block decoding to that size. */
+static int var_data_ok(const unsigned char *data, int64_t stored, int32_t n_rows,
+                       int compressed) {
+    int64_t head = var_header(n_rows), prev = 0;
+    if (n_rows < 1 || stored < head) return 0;
+    for (int32_t r = 0; r <= n_rows; r++) {
+        int64_t off;
+        memcpy(&off, data + (int64_t)sizeof off * r, sizeof off);
+        if (off < prev || (r == 0 && off != 0)) return 0;
+        prev = off;
+    }
+    if (!compressed) return stored - head == prev;
+    return prev <= 0x7E000000 &&
+           fr_lz4_block_size(data + head, stored - head) == prev;
+}
+
 fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                            int64_t first_step, int64_t last_step,
                            int64_t row_bytes, int32_t n_rows, int compressed,
                            const void *data, int64_t stored_bytes) {
-    if (row_bytes < 0 || n_rows < 0 || stored_bytes < 0 ||
-        (row_bytes > 0 && n_rows > INT64_MAX / row_bytes))
-        return NULL;
-    int64_t raw_n = (int64_t)n_rows * row_bytes;
-    if (!compressed && stored_bytes != raw_n) return NULL;
-    if (compressed && (!lz4_decompress || raw_n > 0x7E000000 ||
-                       fr_lz4_block_size(data, stored_bytes) != raw_n))
-        return NULL;
+    if (row_bytes == FR_VAR_ROWS) {
+        if (stored_bytes < 0 || !var_data_ok(data, stored_bytes, n_rows, compressed) ||
+            (compressed && !lz4_decompress))
+            return NULL;
+    } else {
+        if (row_bytes < 0 || n_rows < 0 || stored_bytes < 0 ||
+            (row_bytes > 0 && n_rows > INT64_MAX / row_bytes))
+            return NULL;
+        int64_t raw_n = (int64_t)n_rows * row_bytes;
+        if (!compressed && stored_bytes != raw_n) return NULL;
+        if (compressed && (!lz4_decompress || raw_n > 0x7E000000 ||
+                           fr_lz4_block_size(data, stored_bytes) != raw_n))
+            return NULL;
+    }
     fr_chunk *c = fr_chunk_new(store, key, episode_id, row_bytes);
     if (!c) return NULL;
     c->data = malloc(stored_bytes > 0 ? (size_t)stored_bytes : 1);
@@ -208,15 +271,8 @@ fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
         return NULL;
     }
     memcpy(c->data, data, (size_t)stored_bytes);
-    c->n_rows = n_rows;
     c->compressed = compressed != 0;
-    c->stored_bytes = stored_bytes;
-    c->first_step = first_step;
-    c->last_step = last_step;
-    atomic_fetch_add(&store->live_chunks, 1);
-    atomic_fetch_add(&store->stored_bytes, stored_bytes);
-    atomic_fetch_add(&store->raw_bytes, raw_n);
-    atomic_store_explicit(&c->ready, 1, memory_order_release);
+    publish(c, c->data, n_rows, stored_bytes, first_step, last_step);
     return c;
 }
 
@@ -225,9 +281,29 @@ const unsigned char *fr_chunk_rows(const fr_chunk *c, void *scratch) {
     return fr_chunk_rows_upto(c, scratch, c->n_rows, &decoded);
 }
 
+int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c) {
+    if (c->row_bytes != FR_VAR_ROWS) return -1;
+    return c->compressed ? var_offsets(c)[c->n_rows] : 0;
+}
+
+int fr_chunk_var_data(const fr_chunk *c, void *scratch, const int64_t **offsets,
+                      const unsigned char **payload) {
+    if (c->row_bytes != FR_VAR_ROWS) return FR_ECORRUPT;
+    int64_t head = var_header(c->n_rows), raw_n = var_offsets(c)[c->n_rows];
+    *offsets = var_offsets(c);
+    *payload = c->data + head;
+    if (!c->compressed) return FR_OK;
+    int got = lz4_decompress ? lz4_decompress((const char *)c->data + head, scratch,
+                                              (int)(c->stored_bytes - head), (int)raw_n)
+                             : -1;
+    *payload = scratch;
+    return got == raw_n ? FR_OK : FR_ECORRUPT;
+}
+
 const unsigned char *fr_chunk_rows_upto(const fr_chunk *c, void *scratch,
                                         int32_t rows, int32_t *decoded) {
     *decoded = c->n_rows;
+    if (c->row_bytes == FR_VAR_ROWS) return NULL; /* fr_chunk_var_data */
     if (!c->compressed) return c->data;
     int64_t raw_n = (int64_t)c->n_rows * c->row_bytes;
     int64_t want = (int64_t)(rows < c->n_rows ? rows : c->n_rows) * c->row_bytes;

@@ -37,6 +37,14 @@ int fr_codec_available(void);
 /* Install partial decompression (NULL: chunks are always decoded whole). */
 void fr_codec_install_partial(fr_lz4_partial_fn partial);
 
+/* row_bytes of a chunk of variable-length rows (string and bytes cells,
+ * trajectory.h fr_spec_is_var).  Its data is an offsets table of n_rows + 1
+ * int64 (0 = offsets[0] <= offsets[1] <= ... <= offsets[n_rows] = payload
+ * bytes), kept raw, followed by the payload: the rows' bytes back to back,
+ * an LZ4 block when `compressed`.  fr_chunk_read/rows refuse such chunks;
+ * read them with fr_chunk_var_data. */
+#define FR_VAR_ROWS (-1)
+
 /* Accounting shared by every chunk of one server (or standalone writer). */
 typedef struct fr_store {
     atomic_int_fast64_t refs;
@@ -77,7 +85,9 @@ FR_INLINE void fr_chunk_retain(fr_chunk *c) {
 void fr_chunk_release(fr_chunk *c);
 
 /* A ready chunk rebuilt from a checkpoint: `data` holds stored_bytes bytes,
- * an LZ4 block when `compressed`, else n_rows * row_bytes raw bytes (copied).
+ * an LZ4 block when `compressed`, else n_rows * row_bytes raw bytes (copied);
+ * with row_bytes FR_VAR_ROWS, the layout above (offsets checked, the LZ4
+ * block must decode to the last offset's size).
  * Every size is checked before anything is allocated: an LZ4 block must be
  * well formed and decode to exactly n_rows * row_bytes bytes (< 2 GiB,
  * checked by fr_lz4_block_size without decoding).  NULL on allocation
@@ -97,6 +107,26 @@ int64_t fr_lz4_block_size(const unsigned char *src, int64_t n);
  * Returns FR_OK or FR_ENOMEM (the chunk stays open).  O(bytes). */
 int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
                       int64_t first_step, int64_t last_step, int compress);
+
+/* Variable-length rows (row_bytes FR_VAR_ROWS), n_rows of them:
+ * offsets[0..n_rows] as described at FR_VAR_ROWS, payload offsets[n_rows]
+ * bytes.  Compresses the payload when `compress` is set, it has at least
+ * 256 bytes and that saves space; marks the chunk ready.  FR_OK or
+ * FR_ENOMEM (the chunk stays open).  O(bytes). */
+int fr_chunk_finalize_var(fr_chunk *c, const int64_t *offsets, const void *payload,
+                          int32_t n_rows, int64_t first_step, int64_t last_step,
+                          int compress);
+
+/* Bytes of scratch fr_chunk_var_data needs (the raw payload when
+ * compressed, else 0); -1 when c is not a variable-length chunk. */
+int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c);
+
+/* The offsets table and raw payload of a ready variable-length chunk: row r
+ * is (*payload)[(*offsets)[r] .. (*offsets)[r+1]).  A compressed payload is
+ * decoded into `scratch` (fr_chunk_var_scratch_bytes).  FR_OK, or
+ * FR_ECORRUPT on undecodable data or a fixed-size chunk. */
+int fr_chunk_var_data(const fr_chunk *c, void *scratch, const int64_t **offsets,
+                      const unsigned char **payload);
 
 /* Copy rows [offset, offset + length) of a ready chunk to dst.  A compressed
  * chunk is decompressed whole into `scratch` (n_rows * row_bytes bytes)

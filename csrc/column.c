@@ -52,6 +52,7 @@ void fr_column_free(fr_column *c) {
     if (c->open) fr_chunk_release(c->open);
     free(c->cells);
     free(c->buf);
+    free(c->var_offs);
     memset(c, 0, sizeof *c);
 }
 
@@ -60,11 +61,14 @@ int fr_should_compress(const fr_spec *spec) {
 }
 
 int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
-    c->ispec = fr_spec_intern(spec);
+    fr_spec s = *spec;
+    if (fr_spec_is_var(&s)) s.itemsize = 0, s.row_bytes = 0; /* one kind */
+    c->ispec = fr_spec_intern(&s);
     if (!c->ispec) return FR_ENOMEM;
-    c->spec = *spec;
+    c->spec = s;
     c->has_spec = 1;
-    c->compress = fr_should_compress(spec);
+    /* Variable-length chunks are compressed by their size (finalize_var). */
+    c->compress = fr_spec_is_var(&s) ? fr_codec_available() : fr_should_compress(&s);
     return FR_OK;
 }
 
@@ -73,8 +77,13 @@ static int32_t buffer_rows(const fr_column *c) { return c->opt.num_keep_alive_re
 
 int fr_column_finalize(fr_column *c) {
     if (!c->open) return FR_OK;
-    int rc = fr_chunk_finalize(c->open, c->buf, c->buf_rows, c->open_first_step,
-                               c->open_last_step, c->compress);
+    int rc = fr_spec_is_var(&c->spec)
+                 ? fr_chunk_finalize_var(c->open, c->var_offs, c->buf, c->buf_rows,
+                                         c->open_first_step, c->open_last_step,
+                                         c->compress)
+                 : fr_chunk_finalize(c->open, c->buf, c->buf_rows,
+                                     c->open_first_step, c->open_last_step,
+                                     c->compress);
     if (rc != FR_OK) return rc;
     fr_chunk_release(c->open);
     c->open = NULL;
@@ -138,6 +147,56 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
     return rc;
 }
 
+/* Make room for one more variable-length row of `len` bytes. */
+static int var_reserve(fr_column *c, int64_t len) {
+    if (c->var_offs_cap < buffer_rows(c) + 1) {
+        int64_t *offs = realloc(c->var_offs,
+                                ((size_t)buffer_rows(c) + 1) * sizeof *offs);
+        if (!offs) return FR_ENOMEM;
+        c->var_offs = offs;
+        c->var_offs_cap = buffer_rows(c) + 1;
+    }
+    int64_t len_now = c->open ? c->var_len : 0;
+    if (len_now + len > c->var_cap) {
+        int64_t cap = c->var_cap * 2 > len_now + len ? c->var_cap * 2 : len_now + len;
+        unsigned char *buf = realloc(c->buf, (size_t)(cap > 256 ? cap : 256));
+        if (!buf) return FR_ENOMEM;
+        c->buf = buf;
+        c->var_cap = cap > 256 ? cap : 256;
+    }
+    return FR_OK;
+}
+
+int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
+                         int64_t hpos, uint64_t episode_id, int64_t step,
+                         fr_rng *rng) {
+    if (len < 0) return FR_EINVAL;
+    int rc = var_reserve(c, len);
+    if (rc != FR_OK) return rc;
+    if (!c->open) {
+        c->open = fr_chunk_new(c->store, fr_rng_next(rng), episode_id, FR_VAR_ROWS);
+        if (!c->open) return FR_ENOMEM;
+        c->open_first_step = step;
+        c->var_len = 0;
+        c->var_offs[0] = 0;
+    }
+    if (c->cells_len == 0) c->cells_base = c->n_appended;
+    fr_chunk_retain(c->open);
+    rc = push_cell(c, (fr_cell){c->open, c->buf_rows, 0, hpos});
+    if (rc != FR_OK) {
+        fr_chunk_release(c->open);
+        return rc;
+    }
+    memcpy(c->buf + c->var_len, blob, (size_t)len);
+    c->var_len += len;
+    c->var_offs[++c->buf_rows] = c->var_len;
+    c->open_last_step = step;
+    c->n_appended++;
+    if (c->buf_rows >= c->max_len) rc = fr_column_finalize(c);
+    trim(c);
+    return rc;
+}
+
 int fr_column_reset(fr_column *c) {
     int pinned = 0;
     for (int64_t i = 0; i < c->cells_len; i++) {
@@ -175,6 +234,16 @@ void fr_column_pin(fr_column *c, int64_t id, int delta) {
 int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch) {
     fr_cell *cell = fr_column_cell(c, id);
     if (!cell) return FR_EEXPIRED;
+    if (fr_spec_is_var(&c->spec)) {
+        const int64_t *offs = c->var_offs;
+        const unsigned char *payload = c->buf;
+        if (cell->chunk != c->open &&
+            fr_chunk_var_data(cell->chunk, scratch, &offs, &payload) != FR_OK)
+            return FR_ECORRUPT;
+        memcpy(dst, payload + offs[cell->offset],
+               (size_t)(offs[cell->offset + 1] - offs[cell->offset]));
+        return FR_OK;
+    }
     if (cell->chunk == c->open) {
         memcpy(dst, c->buf + (int64_t)cell->offset * c->spec.row_bytes,
                (size_t)c->spec.row_bytes);
@@ -183,6 +252,26 @@ int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch) {
     return fr_chunk_read(cell->chunk, cell->offset, 1, dst, scratch) == FR_OK
                ? FR_OK
                : FR_ECORRUPT;
+}
+
+int64_t fr_column_row_bytes(fr_column *c, int64_t id) {
+    fr_cell *cell = fr_column_cell(c, id);
+    if (!cell) return FR_EEXPIRED;
+    if (!fr_spec_is_var(&c->spec)) return c->spec.row_bytes;
+    const int64_t *offs = cell->chunk == c->open
+                              ? c->var_offs
+                              : (const int64_t *)(const void *)cell->chunk->data;
+    return offs[cell->offset + 1] - offs[cell->offset];
+}
+
+int64_t fr_column_scratch_bytes(fr_column *c, int64_t id) {
+    fr_cell *cell = fr_column_cell(c, id);
+    if (!cell) return FR_EEXPIRED;
+    if (cell->chunk == c->open) return 0;
+    if (fr_spec_is_var(&c->spec)) return fr_chunk_var_scratch_bytes(cell->chunk);
+    return cell->chunk->compressed
+               ? (int64_t)cell->chunk->n_rows * cell->chunk->row_bytes
+               : 0;
 }
 
 /* ---- auto-tuning (reverb-spec section 2.4) ---- */

@@ -66,6 +66,11 @@ typedef struct fr_column {
     fr_chunk *open;  /* retained; NULL when the buffer is empty */
     unsigned char *buf;
     int32_t buf_rows, buf_cap;
+    /* Variable-length columns: buf holds the open rows' bytes (var_len of
+     * var_cap), var_offs[0..buf_rows] their offsets (fr_chunk_finalize_var). */
+    int64_t var_len, var_cap;
+    int64_t *var_offs;
+    int32_t var_offs_cap;
     int64_t open_first_step, open_last_step;
     fr_cell *cells;  /* ring of records for ids [cells_base, cells_base+cells_len) */
     int64_t cells_cap, cells_base, cells_len;  /* cells_cap: 0 or a power of 2 */
@@ -95,6 +100,14 @@ int fr_column_set_spec(fr_column *c, const fr_spec *spec);
 int fr_column_append(fr_column *c, const void *row, int64_t hpos,
                      uint64_t episode_id, int64_t step, fr_rng *rng);
 
+/* fr_column_append for variable-length columns (fr_spec_is_var): the row
+ * is the `len`-byte blob.  The chunk (FR_VAR_ROWS) is compressed when the
+ * column compresses and its rows total at least 256 bytes.  FR_OK,
+ * FR_EINVAL (negative len) or FR_ENOMEM. */
+int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
+                         int64_t hpos, uint64_t episode_id, int64_t step,
+                         fr_rng *rng);
+
 /* Finalize the open chunk, if any.  FR_OK or FR_ENOMEM. */
 int fr_column_finalize(fr_column *c);
 
@@ -121,8 +134,14 @@ static inline fr_cell *fr_column_cell(fr_column *c, int64_t id) {
 /* Pin / unpin an alive cell for a pending item. */
 void fr_column_pin(fr_column *c, int64_t id, int delta);
 
-/* Copy the row of alive cell `id` into dst; scratch holds one raw chunk. */
+/* Copy the row of alive cell `id` into dst (fr_column_row_bytes bytes);
+ * scratch holds one raw chunk (fr_column_scratch_bytes). */
 int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch);
+
+/* Bytes of alive cell `id`'s row (a variable-length row's own length), and
+ * the scratch fr_column_read needs for it; FR_EEXPIRED when not alive. */
+int64_t fr_column_row_bytes(fr_column *c, int64_t id);
+int64_t fr_column_scratch_bytes(fr_column *c, int64_t id);
 
 /* Auto-tuning feedback: the item used n refs of this column, whose chunks
  * (all finalized) are chunks[0..n). */

@@ -94,7 +94,7 @@ int fr_selector_check(const fr_selector *s, double priority) {
         if (priority <= 1.0 || (s->exponent <= 1.0 && priority <= FR_MAX_WEIGHT))
             return FR_OK;
         if (!(fr_priority_weight(priority, s->exponent) <= FR_MAX_WEIGHT))
-            return FR_EINVAL;
+            return FR_EPRIORITY_BIG;
     } else if (is_heap(s->kind) && isnan(priority)) {
         return FR_EPRIORITY_NAN;
     }

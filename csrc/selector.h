@@ -57,7 +57,7 @@ int fr_selector_reserve(fr_selector *s, size_t capacity);
 
 /* FR_OK if `priority` is acceptable to this selector: Prioritized rejects
  * NaN (FR_EPRIORITY_NAN), negative values (FR_EPRIORITY_NEG) and priorities
- * whose weight exceeds FR_MAX_WEIGHT (FR_EINVAL); heaps reject NaN.  O(1). */
+ * whose weight exceeds FR_MAX_WEIGHT (FR_EPRIORITY_BIG); heaps reject NaN.  O(1). */
 int fr_selector_check(const fr_selector *s, double priority);
 
 /* Add an absent slot.  The priority must have passed fr_selector_check.

@@ -4,6 +4,7 @@
 
 #include "mem.h"
 
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,18 +12,15 @@
 #define FR_TABLE_MIN_CAPACITY 1024
 
 
-/* Wait on cv until signalled or past the deadline.  Returns FR_ETIMEOUT once
- * the deadline has passed, FR_ECLOSED when the table is closed, else FR_OK
- * (the caller re-checks its predicate). */
-static int wait_until(fr_table *t, pthread_cond_t *cv, int64_t deadline) {
+/* Wait on cv (fr_cond_wait_until) until signalled, past the deadline or one
+ * interrupt slice.  Returns FR_ETIMEOUT once the deadline has passed,
+ * FR_EINTR when the interrupt hook stops the wait, FR_ECLOSED when the table
+ * is closed, else FR_OK (the caller re-checks its predicate). */
+static int wait_until(fr_table *t, pthread_cond_t *cv, int64_t deadline,
+                      int64_t *next_check) {
     if (t->closed) return FR_ECLOSED;
-    if (deadline == FR_NO_DEADLINE) {
-        pthread_cond_wait(cv, &t->mu);
-    } else {
-        if (fr_now_ns() >= deadline) return FR_ETIMEOUT;
-        struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
-        pthread_cond_timedwait(cv, &t->mu, &ts);
-    }
+    int rc = fr_cond_wait_until(cv, &t->mu, deadline, next_check);
+    if (rc != FR_OK) return rc;
     return t->closed ? FR_ECLOSED : FR_OK;
 }
 
@@ -56,14 +54,33 @@ int fr_table_ensure_slot(fr_table *t) {
     return grow_slots(t, cap);
 }
 
+static int valid_limiter(const fr_rate_limiter *r) {
+    return r->samples_per_insert > 0 && r->samples_per_insert <= DBL_MAX &&
+           r->min_size_to_sample >= 0 && r->min_diff == r->min_diff &&
+           r->max_diff == r->max_diff && r->min_diff <= r->max_diff;
+}
+
 fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
                        int remover_kind, double remover_exponent,
                        int64_t max_size, int64_t max_times_sampled,
                        fr_rate_limiter limiter, uint64_t seed,
                        fr_payload_ops ops) {
-    if (max_size < 1) return NULL;
+    fr_table *t = NULL;
+    fr_table_create(sampler_kind, sampler_exponent, remover_kind, remover_exponent,
+                    max_size, max_times_sampled, limiter, seed, ops, &t);
+    return t;
+}
+
+int fr_table_create(int sampler_kind, double sampler_exponent,
+                    int remover_kind, double remover_exponent,
+                    int64_t max_size, int64_t max_times_sampled,
+                    fr_rate_limiter limiter, uint64_t seed,
+                    fr_payload_ops ops, fr_table **out) {
+    *out = NULL;
+    if (max_size < 1 || !valid_limiter(&limiter))
+        return FR_EINVAL;
     fr_table *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
+    if (!t) return FR_ENOMEM;
     size_t cap = (size_t)max_size + 1;
     if (cap > FR_TABLE_MIN_CAPACITY) cap = FR_TABLE_MIN_CAPACITY;
     t->max_size = max_size;
@@ -72,21 +89,28 @@ fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
     t->limiter.inserts = t->limiter.samples = t->limiter.deletes = 0;
     t->ops = ops;
     fr_rng_seed(&t->rng, seed);
-    if (fr_selector_init(&t->sampler, sampler_kind, sampler_exponent, 0) ||
-        fr_selector_init(&t->remover, remover_kind, remover_exponent, 0) ||
-        fr_keymap_init(&t->index) || pthread_mutex_init(&t->mu, NULL) ||
-        fr_init_cond(&t->can_insert_cv) || fr_init_cond(&t->can_sample_cv)) {
+    int rc = fr_selector_init(&t->sampler, sampler_kind, sampler_exponent, 0);
+    if (rc == FR_OK) rc = fr_selector_init(&t->remover, remover_kind, remover_exponent, 0);
+    if (rc == FR_OK) rc = fr_keymap_init(&t->index);
+    if (rc == FR_OK) rc = fr_keymap_init(&t->episodes);
+    if (rc == FR_OK && (pthread_mutex_init(&t->mu, NULL) ||
+                        fr_init_cond(&t->can_insert_cv) ||
+                        fr_init_cond(&t->can_sample_cv)))
+        rc = FR_ESYSTEM;
+    if (rc != FR_OK) {
         fr_selector_free(&t->sampler);
         fr_selector_free(&t->remover);
         fr_keymap_free(&t->index);
+        fr_keymap_free(&t->episodes);
         free(t);
-        return NULL;
+        return rc;
     }
-    if (grow_slots(t, cap) != FR_OK) {
+    if ((rc = grow_slots(t, cap)) != FR_OK) {
         fr_table_free(t);
-        return NULL;
+        return rc;
     }
-    return t;
+    *out = t;
+    return FR_OK;
 }
 
 void fr_table_release_payload(fr_table *t, uint64_t payload) {
@@ -100,6 +124,7 @@ static void remove_slot(fr_table *t, int32_t slot) {
     fr_selector_remove(&t->sampler, slot);
     fr_selector_remove(&t->remover, slot);
     fr_keymap_del(&t->index, it->key);
+    fr_table_episodes_remove(t, it->payload);
     fr_table_release_payload(t, it->payload);
     t->free_slots[t->num_free++] = slot;
     t->limiter.deletes++;
@@ -118,6 +143,7 @@ void fr_table_free(fr_table *t) {
     fr_selector_free(&t->sampler);
     fr_selector_free(&t->remover);
     fr_keymap_free(&t->index);
+    fr_keymap_free(&t->episodes);
     fr_free_large(t->items, t->items_cap * sizeof *t->items);
     free(t->free_slots);
     free(t->scratch);
@@ -143,14 +169,14 @@ int fr_table_check_locked(const fr_table *t, double priority) {
 }
 
 /* Wait for the rate limiter to admit one insert; accounts stall time. */
-static int await_insert(fr_table *t, int64_t deadline) {
+static int await_insert(fr_table *t, int64_t deadline, int64_t *next_check) {
     if (t->closed) return FR_ECLOSED;
     if (fr_rate_limiter_can_insert(&t->limiter, 1)) return FR_OK;
     int64_t start = fr_now_ns();
     int rc = FR_OK;
     t->st.num_insert_stalls++;
     while (!fr_rate_limiter_can_insert(&t->limiter, 1)) {
-        rc = wait_until(t, &t->can_insert_cv, deadline);
+        rc = wait_until(t, &t->can_insert_cv, deadline, next_check);
         if (rc != FR_OK) break;
     }
     t->st.insert_stall_ns += fr_now_ns() - start;
@@ -173,6 +199,10 @@ int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
     if (rc != FR_OK) return rc;
     slot = t->free_slots[t->num_free - 1];
     if ((rc = fr_keymap_put(&t->index, key, slot)) != FR_OK) return rc;
+    if ((rc = fr_table_episodes_add(t, payload)) != FR_OK) {
+        fr_keymap_del(&t->index, key);
+        return rc;
+    }
     t->num_free--;
     t->items[slot] = (fr_item){key, priority, 0, t->next_seq++, payload};
     fr_selector_insert(&t->sampler, slot, priority);
@@ -198,7 +228,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
                          const double *priorities, const uint64_t *payloads,
                          int64_t timeout_ns, int64_t *n_done,
                          int64_t *bad_index) {
-    int64_t deadline = fr_deadline_from(timeout_ns);
+    int64_t deadline = fr_deadline_from(timeout_ns), next_check = 0;
     int rc = FR_OK;
     int64_t i = 0;
     *n_done = 0;
@@ -211,7 +241,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
         }
     }
     for (; i < n; i++) {
-        if ((rc = await_insert(t, deadline)) != FR_OK) break;
+        if ((rc = await_insert(t, deadline, &next_check)) != FR_OK) break;
         if ((rc = fr_table_insert_locked(t, keys[i], priorities[i], payloads[i])))
             break;
     }
@@ -268,7 +298,7 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
                     uint64_t *keys, double *probabilities, double *priorities,
                     int64_t *times_sampled, int64_t *table_sizes,
                     uint64_t *payloads, int64_t *n_done) {
-    int64_t deadline = fr_deadline_from(timeout_ns);
+    int64_t deadline = fr_deadline_from(timeout_ns), next_check = 0;
     int rc = FR_OK;
     int64_t k = 0;
     pthread_mutex_lock(&t->mu);
@@ -308,7 +338,8 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
                 t->st.num_sample_stalls++;
             }
             while (!can_sample_locked(t, 1)) {
-                if ((rc = wait_until(t, &t->can_sample_cv, deadline)) != FR_OK)
+                if ((rc = wait_until(t, &t->can_sample_cv, deadline, &next_check)) !=
+                    FR_OK)
                     break;
             }
             if (rc != FR_OK) break;
@@ -324,6 +355,7 @@ int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
         pthread_cond_broadcast(&t->can_insert_cv);
         if (rc == FR_ETIMEOUT || rc == FR_ECLOSED) rc = FR_OK;
     }
+    if (rc == FR_ETIMEOUT) rc = FR_ESAMPLE_TIMEOUT;
     *n_done = k;
     pthread_mutex_unlock(&t->mu);
     return rc;
@@ -399,6 +431,7 @@ void fr_table_reset(fr_table *t) {
         if (t->index.b[b].val >= 0)
             fr_table_release_payload(t, t->items[t->index.b[b].val].payload);
     fr_keymap_clear(&t->index);
+    fr_keymap_clear(&t->episodes);
     fr_selector_clear(&t->sampler);
     fr_selector_clear(&t->remover);
     t->num_free = 0;

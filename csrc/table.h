@@ -12,7 +12,9 @@
  * Items carry an opaque 64-bit payload.  The table calls ops.release on it
  * when the item leaves the table and ops.retain on every payload it returns
  * from sample (the caller then owns that reference).  NULL hooks mean plain
- * values.
+ * values.  ops.episodes, when set, names the episodes a payload's data comes
+ * from: the table counts, per episode id, the items that reference it
+ * (Reverb's num_episodes and num_deleted_episodes).
  */
 #ifndef FASTREPLAY_TABLE_H
 #define FASTREPLAY_TABLE_H
@@ -29,6 +31,12 @@ typedef struct fr_payload_ops {
     void (*retain)(void *ctx, uint64_t payload);
     void (*release)(void *ctx, uint64_t payload);
     void *ctx;
+    /* Page through the episode ids of payload's data: write the episode of
+     * each run of same-episode data from position *pos on into out (at most
+     * cap), advance *pos, and return how many were written (0 at the end).
+     * Start with *pos = 0; the same payload always yields the same runs. */
+    int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
+                        uint64_t *out, int32_t cap);
 } fr_payload_ops;
 
 typedef struct fr_item {
@@ -53,6 +61,8 @@ typedef struct fr_table_stats {
     int64_t rl_inserts, rl_samples, rl_deletes; /* rate-limiter counters */
     int64_t insert_stall_ns, sample_stall_ns;   /* time spent blocked */
     int64_t num_insert_stalls, num_sample_stalls;
+    int64_t num_episodes;         /* episodes referenced by current items */
+    int64_t num_deleted_episodes; /* episodes whose last item left */
 } fr_table_stats;
 
 typedef struct fr_table fr_table;
@@ -67,23 +77,46 @@ typedef struct fr_sync {
     int64_t dropped;  /* discarded because their table closed */
     int64_t refs;     /* guarded by mu */
     int closed;       /* set by fr_sync_close: waits return FR_ECLOSED */
+    /* The first queued insert that failed and was dropped (its status, key
+     * and table), until fr_sync_take_failure reports it; FR_OK if none. */
+    int failed;
+    uint64_t failed_key;
+    const fr_table *failed_table;
 } fr_sync;
 
 fr_sync *fr_sync_new(void);
 void fr_sync_retain(fr_sync *s);
 void fr_sync_release(fr_sync *s);
 /* Wait until at most max_pending inserts are queued, up to timeout_ns
- * (negative = forever).  FR_OK, FR_ETIMEOUT or FR_ECLOSED. */
+ * (negative = forever).  FR_OK, FR_ETIMEOUT, FR_ECLOSED, FR_EINTR, or
+ * FR_EASYNC as soon as a queued insert failed (fr_sync_take_failure). */
 int fr_sync_wait(fr_sync *s, int64_t max_pending, int64_t timeout_ns);
+/* Record a failed (and dropped) queued insert, unless one is already
+ * recorded; wakes waiters.  Only the pointer of `table` is kept. */
+void fr_sync_fail(fr_sync *s, int status, uint64_t key, const fr_table *table);
+/* The recorded failure's status (FR_OK if none), without clearing it. */
+int fr_sync_failed(fr_sync *s);
+/* The recorded failure's status, key and table; clears it. */
+int fr_sync_take_failure(fr_sync *s, uint64_t *key, const fr_table **table);
 int64_t fr_sync_pending(fr_sync *s);
 /* Inserts discarded so far because their table closed. */
 int64_t fr_sync_dropped(fr_sync *s);
 /* Wake every waiter with FR_ECLOSED; later waits fail at once. */
 void fr_sync_close(fr_sync *s);
 
-/* Create a table.  sampler_kind/remover_kind are fr_selector_kind values with
- * their exponents; max_size >= 1; max_times_sampled < 1 means unlimited.
- * Returns NULL on allocation failure or invalid kinds. */
+/* Create a table into *out.  sampler_kind/remover_kind are fr_selector_kind
+ * values with their exponents; max_size >= 1; max_times_sampled < 1 means
+ * unlimited; the limiter's samples_per_insert finite and > 0,
+ * min_size_to_sample >= 0, min_diff <= max_diff and neither NaN.  FR_OK,
+ * FR_EINVAL for an invalid parameter, FR_ENOMEM, or FR_ESYSTEM when a lock
+ * could not be initialised. */
+int fr_table_create(int sampler_kind, double sampler_exponent,
+                    int remover_kind, double remover_exponent,
+                    int64_t max_size, int64_t max_times_sampled,
+                    fr_rate_limiter limiter, uint64_t seed,
+                    fr_payload_ops ops, fr_table **out);
+
+/* fr_table_create returning the table, or NULL on any failure. */
 fr_table *fr_table_new(int sampler_kind, double sampler_exponent,
                        int remover_kind, double remover_exponent,
                        int64_t max_size, int64_t max_times_sampled,
@@ -101,8 +134,9 @@ void fr_table_close(fr_table *t);
  * An invalid priority fails with its FR_EPRIORITY_* code before any wait and
  * changes nothing.  On success the table owns the payload (for a re-insert of
  * a present key the new payload is released at once); on failure the caller
- * keeps it.  Returns FR_OK, FR_EPRIORITY_*, FR_EINVAL, FR_ETIMEOUT,
- * FR_ECLOSED or FR_ENOMEM.  O(log n) per item. */
+ * keeps it.  Returns FR_OK, FR_EPRIORITY_*, FR_ETIMEOUT, FR_ECLOSED,
+ * FR_EINTR (the interrupt hook stopped the wait), FR_EFULL or FR_ENOMEM.
+ * O(log n) per item. */
 int fr_table_insert(fr_table *t, uint64_t key, double priority,
                     uint64_t payload, int64_t timeout_ns);
 
@@ -110,8 +144,10 @@ int fr_table_insert(fr_table *t, uint64_t key, double priority,
  * as soon as the rate limiter admits it, in whichever thread changes the
  * limiter state (this one, a sampler, a deleter).  Counts one pending insert
  * on `sync` until then.  An invalid priority fails before queueing.  On
- * success the table owns the payload.  FR_OK, FR_EPRIORITY_*, FR_EINVAL,
- * FR_ECLOSED or FR_ENOMEM. */
+ * success the table owns the payload.  FR_OK, FR_EPRIORITY_*, FR_ECLOSED or
+ * FR_ENOMEM.  A queued insert that fails later (the table closes, or
+ * FR_ENOMEM/FR_EFULL when it is applied) is dropped and recorded with
+ * fr_sync_fail. */
 int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
                           uint64_t payload, fr_sync *sync);
 
@@ -132,7 +168,10 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
  * timeout_ns in total.  Writes key, probability, priority, times_sampled
  * (after this sample) and table_size (before any deletion it causes) per
  * item; payloads may be NULL.  *n_done receives the number sampled; a timeout
- * or close after at least one sample returns FR_OK with a partial batch. */
+ * or close after at least one sample returns FR_OK with a partial batch.
+ * FR_ESAMPLE_TIMEOUT or FR_ECLOSED with none; FR_EINTR when the interrupt
+ * hook stopped the wait (*n_done items were sampled and their payloads
+ * retained all the same). */
 int fr_table_sample(fr_table *t, int64_t n, int64_t timeout_ns,
                     uint64_t *keys, double *probabilities, double *priorities,
                     int64_t *times_sampled, int64_t *table_sizes,
@@ -146,7 +185,8 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
                     const double *priorities, int64_t n_deletes,
                     const uint64_t *delete_keys, int64_t *bad_index);
 
-/* Remove every item and zero the rate-limiter and table counters. */
+/* Remove every item and zero the rate-limiter and table counters (episode
+ * counts included). */
 void fr_table_reset(fr_table *t);
 
 int fr_table_can_sample(fr_table *t, int64_t n);
@@ -156,12 +196,14 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out);
 
 /* Checkpoint restore: add an item exactly as it was saved (priority,
  * times_sampled, payload owned by the table on success), without rate-limiter
- * accounting or eviction.  FR_EINVAL if the key is present or the table is
- * full; FR_EPRIORITY_* for a priority the selectors refuse. */
+ * accounting or eviction.  FR_EKEY_EXISTS if the key is present,
+ * FR_ETABLE_FULL if the table holds max_size items; FR_EPRIORITY_* for a
+ * priority the selectors refuse. */
 int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
                           int64_t times_sampled, uint64_t payload);
 
-/* Checkpoint restore: set the rate-limiter counters and statistics. */
+/* Checkpoint restore: set the rate-limiter counters and statistics
+ * (num_episodes stays what the restored items reference). */
 void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
                                int64_t deletes, const fr_table_stats *stats);
 

@@ -36,6 +36,7 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
     out->rl_inserts = t->limiter.inserts;
     out->rl_samples = t->limiter.samples;
     out->rl_deletes = t->limiter.deletes;
+    out->num_episodes = (int64_t)t->episodes.size;
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -44,11 +45,16 @@ int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
     int rc = fr_table_check_locked(t, priority);
     if (rc != FR_OK) return rc;
     pthread_mutex_lock(&t->mu);
-    if (fr_keymap_get(&t->index, key) >= 0 || t->sampler.size >= t->max_size) {
-        rc = FR_EINVAL;
+    if (fr_keymap_get(&t->index, key) >= 0) {
+        rc = FR_EKEY_EXISTS;
+    } else if (t->sampler.size >= t->max_size) {
+        rc = FR_ETABLE_FULL;
     } else if ((rc = fr_table_ensure_slot(t)) == FR_OK) {
         int32_t slot = t->free_slots[t->num_free - 1];
-        if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK) {
+        if ((rc = fr_keymap_put(&t->index, key, slot)) == FR_OK &&
+            (rc = fr_table_episodes_add(t, payload)) != FR_OK)
+            fr_keymap_del(&t->index, key);
+        if (rc == FR_OK) {
             t->num_free--;
             t->items[slot] = (fr_item){key, priority, times_sampled, t->next_seq++,
                                        payload};
@@ -67,6 +73,7 @@ void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
     t->limiter.samples = samples;
     t->limiter.deletes = deletes;
     t->st = *stats;
+    t->st.num_episodes = 0; /* derived from the restored items (stats_get) */
     pthread_cond_broadcast(&t->can_insert_cv);
     pthread_cond_broadcast(&t->can_sample_cv);
     pthread_mutex_unlock(&t->mu);

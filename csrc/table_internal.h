@@ -22,6 +22,7 @@ struct fr_table {
     fr_selector sampler, remover;
     fr_rate_limiter limiter;
     fr_keymap index;      /* key -> slot */
+    fr_keymap episodes;   /* episode id -> number of items referencing it */
     fr_item *items;       /* by slot */
     size_t items_cap;     /* slots allocated in items (>= capacity) */
     int32_t *free_slots;  /* stack of unused slots */
@@ -56,6 +57,16 @@ FR_INLINE int64_t fr_deadline_from(int64_t timeout_ns) {
 /* A condition variable on CLOCK_MONOTONIC (deadlines use fr_now_ns). */
 int fr_init_cond(pthread_cond_t *cv);
 
+/* The one timed wait of the core: with `mu` held, wait on cv until
+ * signalled, until the absolute `deadline` (FR_NO_DEADLINE: forever) or for
+ * at most one interrupt slice.  Once a slice (FR_INTERRUPT_SLICE_NS, counted
+ * from *next_check, which a caller sets to 0 before its first wait) has
+ * passed it calls the interrupt hook with `mu` released.  Returns FR_OK
+ * (re-check the predicate: the state may have changed), FR_ETIMEOUT once
+ * the deadline has passed, or FR_EINTR when the hook asked to stop. */
+int fr_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
+                       int64_t deadline, int64_t *next_check);
+
 /* Add delta to a sync's pending count (and `dropped` to its drop count),
  * waking its waiters when something completed. */
 void fr_sync_add(fr_sync *s, int64_t delta, int64_t dropped);
@@ -66,6 +77,12 @@ int fr_table_check_locked(const fr_table *t, double priority);
 int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
                            uint64_t payload);
 void fr_table_release_payload(fr_table *t, uint64_t payload);
+/* Count the episodes of a payload entering the table: FR_OK, or FR_ENOMEM
+ * with nothing counted. */
+int fr_table_episodes_add(fr_table *t, uint64_t payload);
+/* Uncount them when it leaves; an episode no item references any more counts
+ * as deleted. */
+void fr_table_episodes_remove(fr_table *t, uint64_t payload);
 /* Insert queued async items while the rate limiter admits them. */
 void fr_table_drain_queue(fr_table *t);
 /* Discard every queued async insert (closing or freeing the table). */

@@ -11,8 +11,14 @@ void fr_table_drain_queue(fr_table *t) {
     while (t->queue_len > 0 && !t->closed &&
            fr_rate_limiter_can_insert(&t->limiter, 1)) {
         fr_async_insert *q = &t->queue[t->queue_head];
-        if (fr_table_insert_locked(t, q->key, q->priority, q->payload) != FR_OK) break;
-        fr_sync_add(q->sync, -1, 0);
+        int rc = fr_table_insert_locked(t, q->key, q->priority, q->payload);
+        if (rc != FR_OK) {
+            /* Dropped, not retried: its writer's next flush, end_episode or
+             * create_item raises the cause instead of waiting for it. */
+            fr_table_release_payload(t, q->payload);
+            fr_sync_fail(q->sync, rc, q->key, t);
+        }
+        fr_sync_add(q->sync, -1, rc != FR_OK);
         fr_sync_release(q->sync);
         t->queue_head = (t->queue_head + 1) % t->queue_cap;
         t->queue_len--;
@@ -34,6 +40,7 @@ void fr_table_drop_queue(fr_table *t) {
     while (t->queue_len > 0) {
         fr_async_insert *q = &t->queue[t->queue_head];
         fr_table_release_payload(t, q->payload);
+        fr_sync_fail(q->sync, FR_ECLOSED, q->key, t);
         fr_sync_add(q->sync, -1, 1);
         fr_sync_release(q->sync);
         t->queue_head = (t->queue_head + 1) % t->queue_cap;

@@ -167,6 +167,23 @@ void fr_trajectory_payload_release(void *ctx, uint64_t payload) {
     if (payload) fr_trajectory_release((fr_trajectory *)(uintptr_t)payload);
 }
 
+int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
+                                       uint64_t *out, int32_t cap) {
+    (void)ctx;
+    const fr_trajectory *t = (const fr_trajectory *)(uintptr_t)payload;
+    int32_t n = 0, s = *pos;
+    for (; t && s < t->n_slices && n < cap; s++) {
+        uint64_t e = t->slices[s].chunk->episode_id;
+        if (s == 0 || t->slices[s - 1].chunk->episode_id != e) out[n++] = e;
+    }
+    /* Skip the rest of the last run so the next page starts a new one. */
+    while (t && s < t->n_slices && n > 0 &&
+           t->slices[s].chunk->episode_id == out[n - 1])
+        s++;
+    *pos = s;
+    return n;
+}
+
 /* Rows of a ready chunk (at least its first `need` rows valid), decoded
  * through a small direct-mapped cache laid out as [slots][keys | rows]: a
  * slot keeps a chunk and how many rows of it are decoded. */

@@ -23,6 +23,18 @@ typedef struct fr_spec {
     int64_t row_bytes;
 } fr_spec;
 
+/* Variable-length cells: strings ('U', stored as UTF-8) and bytes ('S').
+ * Their spec has itemsize 0 and row_bytes 0, so numpy str_ values of any
+ * width are one column kind.  Each such cell is one encoded blob
+ * (fastreplay/_strings.pxi: per element a uint32 byte length, then the
+ * bytes), stored as a variable-length row of a chunk (chunk.h,
+ * FR_VAR_ROWS); readers parse and bounds-check blobs, never trust them.
+ * Gathers (fr_trajectory_read_column, fr_trajectories_gather) are for
+ * fixed-size columns only. */
+FR_INLINE int fr_spec_is_var(const fr_spec *s) {
+    return s->dtype == 'U' || s->dtype == 'S';
+}
+
 /* 1 if a and b have the same dtype and shape. */
 int fr_spec_equal(const fr_spec *a, const fr_spec *b);
 
@@ -119,6 +131,10 @@ int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
  * trajectory). */
 void fr_trajectory_payload_retain(void *ctx, uint64_t payload);
 void fr_trajectory_payload_release(void *ctx, uint64_t payload);
+/* fr_payload_ops.episodes: the episode of each run of consecutive slices
+ * from one episode, in slice order. */
+int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
+                                       uint64_t *out, int32_t cap);
 
 /* Raw size of the largest chunk the trajectory references. */
 int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t);

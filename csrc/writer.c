@@ -31,25 +31,36 @@ struct fr_writer {
     int64_t q_head, q_len, q_cap;
     unsigned char *scratch;
     int64_t scratch_cap;
-    atomic_int status;     /* unrecoverable error, or FR_ECLOSED after close */
-    int64_t seen_dropped;  /* fr_sync_dropped already turned into an error */
+    atomic_int status;     /* FR_ECLOSED after close */
 };
 
 fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                          fr_chunker_options default_opt) {
+    fr_writer *w = NULL;
+    fr_writer_create(store, seed, default_opt, &w);
+    return w;
+}
+
+int fr_writer_create(fr_store *store, uint64_t seed, fr_chunker_options default_opt,
+                     fr_writer **out) {
+    *out = NULL;
+    int rc = fr_chunker_options_validate(&default_opt);
+    if (rc != FR_OK) return rc;
     fr_writer *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
+    if (!w) return FR_ENOMEM;
     w->sync = fr_sync_new();
     if (!w->sync) {
+        /* fr_sync_new fails on memory or on the system's lock limits. */
         free(w);
-        return NULL;
+        return FR_ESYSTEM;
     }
     w->store = store;
     fr_store_retain(store);
     fr_rng_seed(&w->rng, seed);
     w->default_opt = default_opt;
     w->episode_id = fr_rng_next(&w->rng);
-    return w;
+    *out = w;
+    return FR_OK;
 }
 
 static fr_pending_item *q_at(fr_writer *w, int64_t i) {
@@ -140,8 +151,9 @@ static void pump(fr_writer *w) {
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);
         if (rc != FR_OK) {
+            /* Reported by the next flush, end_episode or create_item. */
             fr_trajectory_release(it->traj);
-            w->status = rc;
+            fr_sync_fail(w->sync, rc, it->key, it->table);
         }
         q_pop(w);
     }
@@ -173,7 +185,11 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
         fr_column *c = &w->cols[cols[i]];
         if (!c->has_spec && (rc = fr_column_set_spec(c, &specs[i])) != FR_OK)
             return rc;
-        rc = fr_column_append(c, rows[i], w->hlen, w->episode_id, step, &w->rng);
+        rc = fr_spec_is_var(&c->spec)
+                 ? fr_column_append_var(c, rows[i], specs[i].row_bytes, w->hlen,
+                                        w->episode_id, step, &w->rng)
+                 : fr_column_append(c, rows[i], w->hlen, w->episode_id, step,
+                                    &w->rng);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
     }
@@ -296,6 +312,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     int rc = fr_table_check_priority(table, priority);
     if (rc != FR_OK) return rc;
     if (w->status != FR_OK) return w->status;
+    if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         *bad_column = c;
         rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, bad_ref);
@@ -336,6 +353,7 @@ int64_t fr_writer_pending(fr_writer *w) { return w->q_len + fr_sync_pending(w->s
 
 int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
     if (w->status != FR_OK) return w->status;
+    if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
     for (int64_t i = 0; i < w->q_len - ignore_last; i++) {
         fr_pending_item *it = q_at(w, i);
         for (int32_t k = 0; k < it->n_refs; k++) {
@@ -350,14 +368,11 @@ int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
     pump(w);
     if (w->status != FR_OK) return w->status;
     int64_t allowed = ignore_last - w->q_len;
-    int rc = fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);
-    int64_t dropped = fr_sync_dropped(w->sync);
-    if (rc == FR_OK && dropped > w->seen_dropped) {
-        /* A table closed with some of our items still queued in it. */
-        w->seen_dropped = dropped;
-        rc = FR_ECLOSED;
-    }
-    return rc;
+    return fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);
+}
+
+int fr_writer_take_failure(fr_writer *w, uint64_t *key, const fr_table **table) {
+    return fr_sync_take_failure(w->sync, key, table);
 }
 
 void fr_writer_close(fr_writer *w) {
@@ -386,13 +401,14 @@ int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id) {
     return col >= 0 && col < w->n_cols && fr_column_cell(&w->cols[col], id) != NULL;
 }
 
+int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id) {
+    return fr_column_row_bytes(&w->cols[col], id);
+}
+
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst) {
     fr_column *c = &w->cols[col];
-    fr_cell *cell = fr_column_cell(c, id);
-    if (!cell) return FR_EEXPIRED;
-    int64_t need = cell->chunk->compressed
-                       ? (int64_t)cell->chunk->n_rows * cell->chunk->row_bytes
-                       : 0;
+    int64_t need = fr_column_scratch_bytes(c, id);
+    if (need < 0) return FR_EEXPIRED;
     if (need > w->scratch_cap) {
         unsigned char *s = realloc(w->scratch, (size_t)need);
         if (!s) return FR_ENOMEM;

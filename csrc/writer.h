@@ -17,7 +17,11 @@
 
 typedef struct fr_writer fr_writer;
 
-/* New writer; columns start with `default_opt`.  NULL on failure. */
+/* New writer into *out; columns start with `default_opt`.  FR_OK, FR_EINVAL
+ * (invalid options), FR_ENOMEM or FR_ESYSTEM. */
+int fr_writer_create(fr_store *store, uint64_t seed, fr_chunker_options default_opt,
+                     fr_writer **out);
+/* fr_writer_create returning the writer, or NULL on any failure. */
 fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                          fr_chunker_options default_opt);
 /* Free the writer.  Queued items that never reached a table are dropped;
@@ -68,9 +72,10 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
  * like Reverb (empty trajectory FR_EEMPTY, NaN priority FR_EPRIORITY_NAN,
  * the table's priority rules, then per column: FR_EEMPTY for an empty
  * column, FR_EEXPIRED, FR_ESQUEEZE, FR_EDTYPE, FR_ESHAPE with *bad_column /
- * *bad_ref set).  *key receives the
- * new item's random key.  `structure_id` is stored in the item's trajectory
- * (the bindings' nest registry; 0: none). */
+ * *bad_ref set).  FR_EASYNC (before any check of the trajectory) when an
+ * earlier item failed on its way into a table (fr_writer_take_failure).
+ * *key receives the new item's random key.  `structure_id` is stored in the
+ * item's trajectory (the bindings' nest registry; 0: none). */
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           int32_t structure_id,
                           int32_t n_columns, const int32_t *lens,
@@ -81,14 +86,23 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
 /* Items queued here plus items queued in tables. */
 int64_t fr_writer_pending(fr_writer *w);
 
+/* An item of this writer that failed on its way into a table (the table
+ * closed, or it refused the insert) is dropped and recorded; the next
+ * create_item, flush or end_episode returns FR_EASYNC, and this returns the
+ * recorded status with the item's key and table, and clears it (the writer
+ * stays usable).  FR_OK when nothing is recorded. */
+int fr_writer_take_failure(fr_writer *w, uint64_t *key, const fr_table **table);
+
 /* Finalize the chunks of every queued item but the last `ignore_last`, hand
  * ready items to their tables, then wait (timeout_ns < 0: forever) until at
- * most ignore_last items are pending.  FR_OK or FR_ETIMEOUT. */
+ * most ignore_last items are pending.  FR_OK, FR_ETIMEOUT, FR_EASYNC,
+ * FR_EINTR (interrupt hook; nothing lost, flush again) or FR_ECLOSED. */
 int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns);
 
 /* flush(0, timeout); then clear (or, with clear_buffers=0, finalize) every
  * column, start a new episode id and zero the step count.  The reset happens
- * even when the flush times out (FR_ETIMEOUT is still returned). */
+ * even when the flush times out (FR_ETIMEOUT is still returned); on any other
+ * flush failure nothing is reset. */
 int fr_writer_end_episode(fr_writer *w, int clear_buffers, int64_t timeout_ns);
 
 /* 1 when column `col` exists and cell `id` of it is alive. */
@@ -97,6 +111,10 @@ int fr_writer_cell_alive(fr_writer *w, int32_t col, int64_t id);
 /* Close from any thread: wakes a flush blocked in another thread with
  * FR_ECLOSED; every later call returns FR_ECLOSED. */
 void fr_writer_close(fr_writer *w);
+
+/* Bytes fr_writer_read_cell writes for cell (col, id): the spec's row_bytes,
+ * or a variable-length cell's blob length.  FR_EEXPIRED when not alive. */
+int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id);
 
 /* Copy the value of cell (col, id) into dst.  FR_EEXPIRED when not alive. */
 int fr_writer_read_cell(fr_writer *w, int32_t col, int64_t id, void *dst);

@@ -15,6 +15,8 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
 from fastreplay import (  # Reverb's module names
     checkpointers,
     item_selectors,
+    pybind,
+    reverb_types,
     structured_writer,
     trajectory_writer,
 )
@@ -23,6 +25,7 @@ from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
 from fastreplay.client import Client, SampleDataset
 from fastreplay.errors import DeadlineExceededError, ReverbError
 from fastreplay.history import TrajectoryColumn, WeakCellRef
+from fastreplay.legacy_writer import Writer
 from fastreplay.replay_buffer import ReplayBuffer
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.server import Server
@@ -53,11 +56,14 @@ __all__ = [
     "TrajectoryWriter",
     "VectorTrajectoryWriter",
     "WeakCellRef",
+    "Writer",
     "__version__",
     "checkpointers",
     "errors",
     "item_selectors",
+    "pybind",
     "rate_limiters",
+    "reverb_types",
     "selectors",
     "structured",
     "structured_writer",

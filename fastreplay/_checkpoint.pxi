@@ -86,14 +86,19 @@ def export_items(TableCore table not None) -> tuple:
     return items, chunks
 
 
+# row_bytes of chunks of variable-length (string and bytes) rows.
+VAR_ROWS = FR_VAR_ROWS
+
 # Numpy kinds a column may have, with the item sizes numpy gives them.
 _COLUMN_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
-                 "f": (2, 4, 8, 16), "c": (8, 16, 32)}
+                 "f": (2, 4, 8, 16), "c": (8, 16, 32),
+                 "U": (0,), "S": (0,)}  # strings, bytes: variable-length rows
 
 
 def _spec_kind_ok(kind, itemsize) -> bool:
     """Whether a stored column spec's (kind, itemsize) is one fastreplay
-    writes and reads as raw bytes: the ONE place that decides which column
+    writes and reads (raw bytes, or for 'U'/'S' variable-length rows that
+    are parsed, never trusted): the ONE place that decides which column
     kinds a checkpoint may declare.  Object columns are never materialized
     from raw bytes."""
     if type(kind) is not str or type(itemsize) is not int:
@@ -120,7 +125,8 @@ def restore_chunk(ChunkStore store not None, dict meta, bytes data) -> ChunkHand
     for name in ("first_step", "last_step", "row_bytes"):
         if not -2**63 <= meta[name] < 2**63:
             raise errors.DataLossError(f"chunk {meta['key']}: bad {name}")
-    if not 0 <= meta["n_rows"] < 2**31 or meta["row_bytes"] < 0:
+    if not 0 <= meta["n_rows"] < 2**31 or (meta["row_bytes"] < 0 and
+                                           meta["row_bytes"] != FR_VAR_ROWS):
         raise errors.DataLossError(f"chunk {meta['key']}: bad size {meta}")
     cdef fr_chunk *c = fr_chunk_restore(
         store._s, meta["key"], meta["episode_id"], meta["first_step"],
@@ -162,7 +168,8 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
             size *= d
         if size >= 2**40:
             raise errors.DataLossError(f"item {key}: column {ci} rows are too large")
-        row_bytes = size
+        # String and bytes columns live on variable-length chunks only.
+        row_bytes = FR_VAR_ROWS if kind in "US" else size
         rows = 0
         for cid, offset, length in slices:
             h = chunks.get(cid)
@@ -229,4 +236,5 @@ def restore_counters(TableCore table not None, int64_t inserts, int64_t samples,
     st.num_deletes = stats.get("num_deletes", 0)
     st.num_evictions = stats.get("num_evictions", 0)
     st.num_expired = stats.get("num_expired", 0)
+    st.num_deleted_episodes = stats.get("num_deleted_episodes", 0)
     fr_table_restore_counters(table._t, inserts, samples, deletes, &st)

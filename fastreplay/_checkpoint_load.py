@@ -357,10 +357,12 @@ def _read_chunks(folder: _Folder, size: int, store: _core.ChunkStore
             cid, key, episode, first, last, row_bytes, n_rows, comp, stored = (
                 CHUNK.unpack(f.read(CHUNK.size)))
             at += CHUNK.size
+            var = row_bytes == _core.VAR_ROWS  # string rows: offsets + payload
             if (not 0 <= stored <= size - at or comp not in (0, 1) or n_rows < 0
-                    or row_bytes < 0 or cid in chunks
-                    or (not comp and stored != n_rows * row_bytes)
-                    or (comp and n_rows * row_bytes > 255 * stored)):
+                    or (row_bytes < 0 and not var) or cid in chunks
+                    or (var and stored < 8 * (n_rows + 1))
+                    or (not var and not comp and stored != n_rows * row_bytes)
+                    or (not var and comp and n_rows * row_bytes > 255 * stored)):
                 raise errors.DataLossError(
                     f"{where}: chunk {key} declares inconsistent sizes ({n_rows} "
                     f"rows of {row_bytes} bytes, {stored} stored, {size - at} "

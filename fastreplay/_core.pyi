@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 SELECTOR_KINDS: dict[str, int]
 RATE_LIMITER_TIMEOUT_MESSAGE: str
+RATE_LIMITER_SAMPLE_TIMEOUT_MESSAGE: str
 LZ4_AVAILABLE: bool
 
 def _handoff_cores() -> int: ...
@@ -37,6 +38,9 @@ def export_items(
     list[tuple[int, float, int, list[Any] | None, int]], dict[int, ChunkHandle]
 ]: ...
 def _spec_kind_ok(kind: object, itemsize: object) -> bool: ...
+
+VAR_ROWS: int
+
 def restore_chunk(
     store: ChunkStore, meta: dict[str, Any], data: bytes
 ) -> ChunkHandle: ...

@@ -28,46 +28,136 @@ SELECTOR_KINDS = {
 RATE_LIMITER_TIMEOUT_MESSAGE = (
     "Rate Limiter: Timeout exceeded before the right to insert was acquired."
 )
+#: Reverb uses the insert text for samples too; fastreplay says what timed out.
+RATE_LIMITER_SAMPLE_TIMEOUT_MESSAGE = (
+    "Rate Limiter: Timeout exceeded before the right to sample was acquired."
+)
 
+# Every fr_status, its default text and its exception, each mapped once.
+# FR_EINTR re-raises what a signal handler raised (see _interrupt_hook) and
+# FR_EASYNC is resolved by the writer (fr_writer_take_failure) first.
 _DEFAULT_MESSAGES = {
+    FR_ENOMEM: "fastreplay core out of memory.",
+    FR_EINVAL: "Invalid argument.",
     FR_EPRIORITY_NAN: "Priority must not be NaN.",
     FR_EPRIORITY_NEG: "Priority must not be negative.",
-    FR_EINVAL: ("Priority is too large: priority ** priority_exponent must be "
-                "finite and at most 4.1e298."),
+    FR_EPRIORITY_BIG: ("Priority is too large: priority ** priority_exponent must "
+                       "be finite and at most 4.1e298."),
+    FR_EKEY_EXISTS: "An item with this key is already in the table.",
+    FR_EKEY_MISSING: "No item with this key is in the table.",
     FR_ETIMEOUT: RATE_LIMITER_TIMEOUT_MESSAGE,
+    FR_ESAMPLE_TIMEOUT: RATE_LIMITER_SAMPLE_TIMEOUT_MESSAGE,
     FR_ECLOSED: "Table is closed.",
-    FR_ENOMEM: "fastreplay core out of memory.",
+    FR_EEMPTY: "trajectory must not be empty.",
     FR_EFULL: "Table capacity exceeds 2**31 - 1 items.",
+    FR_ETABLE_FULL: "Table is full: it already holds max_size items.",
     FR_EBUSY: "Flush must be called before ApplyConfig.",
     FR_EEXPIRED: "Column contains expired CellRef.",
-    FR_EEMPTY: "trajectory must not be empty.",
+    FR_EDTYPE: "Tensor of wrong dtype.",
+    FR_ESHAPE: "Tensor of incompatible shape.",
+    FR_EREPEATED: "Column already set in the active step.",
+    FR_ESQUEEZE: "Squeezed column must contain exactly one row.",
     FR_ECORRUPT: "Stored chunk data is corrupt.",
+    FR_ESYSTEM: "The system refused a lock or condition variable.",
+    FR_EASYNC: "An earlier queued insert of this writer failed.",
 }
 
 _EXCEPTIONS = {
+    FR_ENOMEM: MemoryError,
+    FR_EINVAL: errors.InvalidArgumentError,
     FR_EPRIORITY_NAN: errors.InvalidPriorityError,
     FR_EPRIORITY_NEG: errors.InvalidPriorityError,
-    FR_EINVAL: errors.InvalidPriorityError,
+    FR_EPRIORITY_BIG: errors.InvalidPriorityError,
+    FR_EKEY_EXISTS: errors.InvalidArgumentError,
+    FR_EKEY_MISSING: errors.InvalidArgumentError,
     FR_ETIMEOUT: errors.DeadlineExceededError,
+    FR_ESAMPLE_TIMEOUT: errors.DeadlineExceededError,
     FR_ECLOSED: errors.TableClosedError,
-    FR_ENOMEM: MemoryError,
+    FR_EEMPTY: errors.InvalidArgumentError,
     FR_EFULL: OverflowError,
+    FR_ETABLE_FULL: errors.InvalidArgumentError,
     FR_EBUSY: errors.FailedPreconditionError,
+    FR_EEXPIRED: errors.InvalidArgumentError,
+    FR_EDTYPE: errors.InvalidArgumentError,
+    FR_ESHAPE: errors.InvalidArgumentError,
+    FR_EREPEATED: errors.InvalidArgumentError,
+    FR_ESQUEEZE: errors.InvalidArgumentError,
     FR_ECORRUPT: errors.DataLossError,
+    FR_ESYSTEM: errors.InternalError,
+    FR_EASYNC: errors.InternalError,
 }
 
 
 cdef int _raise_for_status(int rc, str context, str message=None) except -1:
     """The one status -> exception translator: raise for a negative
     fr_status (with ``message``, else the code's default text, followed by
-    ``context`` in parentheses); return 0 for FR_OK."""
+    ``context`` in parentheses); return 0 for FR_OK.  FR_EINTR raises what
+    the interrupted wait's signal handler raised (KeyboardInterrupt)."""
     if rc == FR_OK:
         return 0
+    if rc == FR_EINTR:
+        _raise_interrupt()
     text = message if message is not None else _DEFAULT_MESSAGES.get(
         rc, f"fastreplay core error {rc}.")
     if context:
         text = f"{text} ({context})"
     raise _EXCEPTIONS.get(rc, errors.InvalidArgumentError)(text)
+
+
+# ----- Ctrl-C during blocking waits -----
+#
+# Every blocking wait in csrc/ goes through fr_cond_wait_until, which wakes
+# every FR_INTERRUPT_SLICE_NS (50 ms) and calls this hook with no core lock
+# held.  In the main thread (the only one where Python runs signal handlers)
+# it takes the GIL and runs them; if one raises, the wait ends with FR_EINTR
+# and the exception is kept here until _raise_for_status re-raises it.
+# Deadlines are absolute, so the overall timeout is unchanged.
+
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident() nogil
+
+from cpython.exc cimport PyErr_CheckSignals
+
+import threading as _threading
+
+cdef unsigned long _MAIN_THREAD = _threading.main_thread().ident
+cdef object _pending_interrupt = None  # set and taken in the main thread only
+
+
+cdef int _run_signal_handlers() noexcept with gil:
+    global _pending_interrupt
+    try:
+        PyErr_CheckSignals()
+    except BaseException as exc:
+        _pending_interrupt = exc
+        return 1
+    return 0
+
+
+cdef int _interrupt_hook() noexcept nogil:
+    if PyThread_get_thread_ident() != _MAIN_THREAD:
+        return 0
+    return _run_signal_handlers()
+
+
+cdef int _raise_interrupt() except -1:
+    global _pending_interrupt
+    exc, _pending_interrupt = _pending_interrupt, None
+    if exc is None:
+        exc = KeyboardInterrupt()
+    raise exc
+
+
+def _after_fork_in_child() -> None:
+    # The forking thread is the child's main thread (and Python's).
+    global _MAIN_THREAD
+    _MAIN_THREAD = PyThread_get_thread_ident()
+
+
+import os as _os
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
+fr_interrupt_install(_interrupt_hook)
 
 
 cdef int64_t _timeout_ns(object timeout) except? -2:
@@ -163,6 +253,7 @@ def priority_weight(double priority, double exponent) -> float:
 
 
 include "_outpool.pxi"
+include "_strings.pxi"
 include "_table.pxi"
 include "_writer.pxi"
 include "_history.pxi"

@@ -23,6 +23,15 @@ cdef extern from "fr_common.h" nogil:
         FR_EREPEATED
         FR_ESQUEEZE
         FR_ECORRUPT
+        FR_EPRIORITY_BIG
+        FR_ETABLE_FULL
+        FR_EINTR
+        FR_EASYNC
+        FR_ESAMPLE_TIMEOUT
+        FR_ESYSTEM
+
+    ctypedef int (*fr_interrupt_fn)() noexcept nogil
+    void fr_interrupt_install(fr_interrupt_fn hook)
 
 
 cdef extern from "mem.h" nogil:
@@ -65,6 +74,11 @@ cdef extern from "chunk.h" nogil:
         unsigned char *data
     void fr_chunk_retain(fr_chunk *c)
     void fr_chunk_release(fr_chunk *c)
+    enum:
+        FR_VAR_ROWS
+    int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c)
+    int fr_chunk_var_data(const fr_chunk *c, void *scratch, const int64_t **offsets,
+                          const unsigned char **payload)
     fr_chunk *fr_chunk_restore(fr_store *store, uint64_t key, uint64_t episode_id,
                                int64_t first_step, int64_t last_step,
                                int64_t row_bytes, int32_t n_rows, int compressed,
@@ -125,6 +139,8 @@ cdef extern from "table.h" nogil:
         void (*retain)(void *ctx, uint64_t payload) noexcept nogil
         void (*release)(void *ctx, uint64_t payload) noexcept nogil
         void *ctx
+        int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
+                            uint64_t *out, int32_t cap) noexcept nogil
 
     ctypedef struct fr_item:
         uint64_t key
@@ -151,6 +167,8 @@ cdef extern from "table.h" nogil:
         int64_t sample_stall_ns
         int64_t num_insert_stalls
         int64_t num_sample_stalls
+        int64_t num_episodes
+        int64_t num_deleted_episodes
 
     ctypedef struct fr_table:
         pass
@@ -160,6 +178,11 @@ cdef extern from "table.h" nogil:
                            int64_t max_size, int64_t max_times_sampled,
                            fr_rate_limiter limiter, uint64_t seed,
                            fr_payload_ops ops)
+    int fr_table_create(int sampler_kind, double sampler_exponent,
+                        int remover_kind, double remover_exponent,
+                        int64_t max_size, int64_t max_times_sampled,
+                        fr_rate_limiter limiter, uint64_t seed,
+                        fr_payload_ops ops, fr_table **out)
     void fr_table_free(fr_table *t)
     void fr_table_close(fr_table *t)
     int fr_table_insert(fr_table *t, uint64_t key, double priority,
@@ -232,9 +255,12 @@ cdef extern from "trajectory.h" nogil:
                                void *out, int64_t item_stride, void *cache,
                                int64_t cache_bytes_each, int32_t cache_slots)
     int fr_spec_equal(const fr_spec *a, const fr_spec *b)
+    int fr_spec_is_var(const fr_spec *s)
     const fr_spec *fr_spec_intern(const fr_spec *s)
     void fr_trajectory_payload_retain(void *ctx, uint64_t payload) noexcept nogil
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
+    int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
+                                           uint64_t *out, int32_t cap) noexcept nogil
 
 
 cdef extern from "column.h" nogil:
@@ -259,6 +285,9 @@ cdef extern from "writer.h" nogil:
         pass
     fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                              fr_chunker_options default_opt)
+    int fr_writer_create(fr_store *store, uint64_t seed,
+                         fr_chunker_options default_opt, fr_writer **out)
+    int fr_writer_take_failure(fr_writer *w, uint64_t *key, const fr_table **table)
     void fr_writer_free(fr_writer *w)
     int32_t fr_writer_add_column(fr_writer *w, const fr_chunker_options *opt)
     int32_t fr_writer_num_columns(const fr_writer *w)
@@ -272,6 +301,7 @@ cdef extern from "writer.h" nogil:
     int64_t fr_writer_history_len(const fr_writer *w)
     int64_t fr_writer_episode_steps(const fr_writer *w)
     int fr_writer_step_open(const fr_writer *w)
+    int64_t fr_writer_cell_bytes(fr_writer *w, int32_t col, int64_t id)
     int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col)
     void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
                             const int64_t *pos, int64_t *ids)

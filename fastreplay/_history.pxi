@@ -60,9 +60,14 @@ cdef class TrajectoryColumn:
 
     A column of an item: references to cells (WeakCellRef, never None),
     optionally squeezed (exactly one reference, no leading time axis).
+
+    Other reference objects with ``shape``, ``dtype`` and ``numpy()`` (as
+    Reverb's tests use) make a detached column: its length, shape, dtype,
+    ``numpy()``, iteration and indexing work, but no writer can store it.
     """
 
-    cdef readonly object _core     # WriterCore, or None when empty
+    cdef readonly object _core     # WriterCore, or None when empty or detached
+    cdef readonly tuple _refs      # the references of a detached column, or None
     cdef readonly bint _squeeze
     cdef readonly object _path
     cdef Py_ssize_t n
@@ -82,8 +87,8 @@ cdef class TrajectoryColumn:
             raise ValueError(_NONE_REFS.format(path, refs))
         for r in refs:
             if not isinstance(r, WeakCellRef):
-                raise TypeError(f"TrajectoryColumn takes WeakCellRef objects, got "
-                                f"{type(r).__name__}")
+                self._init_detached(refs, squeeze, path)
+                return
         if len({id((<WeakCellRef>r)._core) for r in refs}) > 1:
             raise ValueError("a TrajectoryColumn cannot mix cells of two writers")
         self._check_squeeze(len(refs), squeeze)
@@ -94,6 +99,22 @@ cdef class TrajectoryColumn:
             self.ids[k] = (<WeakCellRef>refs[k])._id
         self._core = refs[0]._core if refs else None
         self._squeeze, self._path = squeeze, path
+
+    cdef _init_detached(self, list refs, bint squeeze, path):
+        for r in refs:
+            if isinstance(r, WeakCellRef) or not all(
+                    hasattr(r, a) for a in ("shape", "dtype", "numpy")):
+                raise TypeError("TrajectoryColumn takes WeakCellRef objects (or "
+                                "objects with shape, dtype and numpy()), got "
+                                f"{type(r).__name__}")
+        self._check_squeeze(len(refs), squeeze)
+        self._reserve(len(refs), False)
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            self.ids[k] = -1
+        self.col = -1
+        self._refs = tuple(refs)
+        self._core, self._squeeze, self._path = None, squeeze, path
 
     def __dealloc__(self):
         if self.ids != self._inline:
@@ -158,12 +179,21 @@ cdef class TrajectoryColumn:
         return self.n
 
     def __iter__(self):
+        if self._refs is not None:
+            yield from self._refs
+            return
         for c, i in self._pairs():
             yield WeakCellRef(self._core, c, i)
 
     def __getitem__(self, val) -> TrajectoryColumn:
         cdef Py_ssize_t n = self.n, k
         cdef bint squeeze = False
+        if self._refs is not None:
+            picked = self._refs[val] if isinstance(val, slice) else (
+                [self._refs[v] for v in val] if isinstance(val, list)
+                else [self._refs[val]])
+            return TrajectoryColumn(picked, squeeze=not isinstance(val, (slice, list)),
+                                    path=self._path)
         if isinstance(val, (int, np.integer)):
             if not -n <= val < n:
                 raise IndexError(f"index {val} out of range for column of length {n}")
@@ -203,15 +233,23 @@ cdef class TrajectoryColumn:
 
     @property
     def shape(self) -> tuple:
-        shape = tuple(self._info()["shape"])
+        if self._refs is not None and self.n:
+            shape = tuple(self._refs[0].shape)
+        else:
+            shape = tuple(self._info()["shape"])
         return shape if self._squeeze else (self.n, *shape)
 
     @property
     def dtype(self):
+        if self._refs is not None and self.n:
+            return self._refs[0].dtype
         return self._info()["dtype"]
 
     def numpy(self):
         """The referenced values, stacked (or the single value if squeezed)."""
+        if self._refs is not None and self.n:
+            values = [r.numpy() for r in self._refs]
+            return values[0] if self._squeeze else np.stack(values)
         if not self.n:
             info = self._info()
             return np.empty((0, *info["shape"]), dtype=info["dtype"])
@@ -272,12 +310,14 @@ cdef class ColumnHistory:
             return self._range(start, step, count, False)
         if isinstance(val, (int, np.integer)):
             if not -n <= val < n:
-                raise IndexError(f"history index {val} out of range for {n} steps")
+                raise errors.HistoryIndexError(
+                    f"history index {val} out of range for {n} steps")
             return self._range(int(val) % n, 1, 1, True)
         if isinstance(val, list):
             pos = np.asarray(val, dtype=np.int64).reshape(-1)
             if ((pos < -n) | (pos >= n)).any():
-                raise IndexError(f"history indices {val} out of range for {n} steps")
+                raise errors.HistoryIndexError(
+                    f"history indices {val} out of range for {n} steps")
             pos %= max(n, 1)
             ids = self._core.cells_at(self._col, pos).tolist()
             if any(i < 0 for i in ids):

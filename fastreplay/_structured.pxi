@@ -120,6 +120,8 @@ cdef class StructuredCore:
         cdef int64_t created = 0
         cdef int32_t bad = -1
         cdef int rc = fr_sw_evaluate(self._s, end_episode, &created, &bad)
+        if rc == FR_EASYNC:
+            self.core._raise_status(rc)
         if rc != FR_OK:
             table = (<TableCore>self._tables[bad]).name if bad >= 0 else ""
             if rc in (FR_EDTYPE, FR_ESHAPE):

@@ -12,6 +12,7 @@ cdef fr_payload_ops _TRAJECTORY_OPS
 _TRAJECTORY_OPS.retain = fr_trajectory_payload_retain
 _TRAJECTORY_OPS.release = fr_trajectory_payload_release
 _TRAJECTORY_OPS.ctx = NULL
+_TRAJECTORY_OPS.episodes = fr_trajectory_payload_episodes
 
 
 cdef object _dtype_of(const fr_spec *spec):
@@ -29,6 +30,9 @@ cdef void *_data_of(object arr) except NULL:
 
 
 cdef uint64_t _EMPTY = 0
+
+#: The most items one sample call may return (see TableCore._check_num_samples).
+DEF _MAX_SAMPLES_PER_CALL = 4194304  # 2**22: ~170 MB of sample info
 
 
 cdef dict _INTERNED_SPECS = {}  # interned spec address -> (shape, dtype)
@@ -90,6 +94,11 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             raise MemoryError()
         for c in range(n_cols):  # allocate with the GIL ...
             first = &ts[0].columns[c]
+            if fr_spec_is_var(first.spec):  # decoded here, skipped below
+                columns.append(_gather_text(ts, n, c))
+                squeeze.append(bool(first.squeeze))
+                outs[c], strides[c] = NULL, 0
+                continue
             shape, dtype = _spec_info(first.spec)
             out = _empty_output((n,) + (() if first.squeeze else (first.length,)) + shape,
                                 dtype)
@@ -178,6 +187,12 @@ cdef class SampledTrajectory:
         out = []
         for i in range(self._t.n_columns):
             c = &self._t.columns[i]
+            if fr_spec_is_var(c.spec):
+                blobs = []
+                _column_blobs(self._t, i, blobs)
+                arr = _decode_text(c.spec, blobs, (c.length,))
+                out.append(arr[0, ...] if c.squeeze else arr)
+                continue
             shape = _shape_of(c.spec)
             arr = np.empty((c.length,) + shape, dtype=_dtype_of(c.spec))
             if arr.nbytes:
@@ -215,18 +230,44 @@ cdef class TableCore:
         rl.max_diff = max_diff
         rl.inserts = rl.samples = rl.deletes = 0
         if max_size < 1:
-            raise ValueError(f"max_size ({max_size}) must be a positive integer")
+            raise ValueError(f"max_size ({max_size}) must be a positive integer "
+                             f"(table '{name}')")
+        if not (0 < samples_per_insert < float("inf")):
+            raise ValueError(f"samples_per_insert ({samples_per_insert}) must be "
+                             f"finite and > 0 (table '{name}')")
+        if min_size_to_sample < 0:
+            raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be "
+                             f">= 0 (table '{name}')")
+        if not min_diff <= max_diff:  # also refuses NaN
+            raise ValueError(f"min_diff ({min_diff}) must be <= max_diff "
+                             f"({max_diff}) and neither NaN (table '{name}')")
+        if sampler_kind not in SELECTOR_KINDS.values() or \
+                remover_kind not in SELECTOR_KINDS.values():
+            raise ValueError(f"unknown selector kind {sampler_kind} or "
+                             f"{remover_kind} (table '{name}')")
         self.name = name
-        self._t = fr_table_new(sampler_kind, sampler_exponent, remover_kind,
-                               remover_exponent, max_size, max_times_sampled,
-                               rl, seed, _TRAJECTORY_OPS)
-        if self._t == NULL:
-            raise MemoryError(f"could not create table '{name}'")
+        cdef int rc = fr_table_create(sampler_kind, sampler_exponent, remover_kind,
+                                      remover_exponent, max_size, max_times_sampled,
+                                      rl, seed, _TRAJECTORY_OPS, &self._t)
+        _raise_for_status(rc, f"could not create table '{name}'")
 
     def __dealloc__(self):
         if self._t != NULL:
             fr_table_free(self._t)
             self._t = NULL
+
+    cdef int _check_num_samples(self, Py_ssize_t n) except -1:
+        """Refuse n < 1 and batches beyond _MAX_SAMPLES_PER_CALL (sampling is
+        with replacement, so n may exceed the table's size, but a typo such
+        as sample(2**31) must not allocate tens of gigabytes)."""
+        if n < 1:
+            raise ValueError(f"num_samples ({n}) must be a positive integer "
+                             f"({self._ctx()})")
+        if n > _MAX_SAMPLES_PER_CALL:
+            raise ValueError(
+                f"num_samples ({n}) exceeds the {_MAX_SAMPLES_PER_CALL} items one "
+                f"call may sample ({self._ctx()}); sample in several calls")
+        return 0
 
     cdef str _ctx(self, object key=None, object priority=None):
         s = f"table '{self.name}'"
@@ -287,8 +328,7 @@ cdef class TableCore:
         sample returns the partial batch; with none it raises
         DeadlineExceededError.
         """
-        if n < 1:
-            raise ValueError(f"num_samples ({n}) must be a positive integer")
+        self._check_num_samples(n)
         cdef int64_t tns = _timeout_ns(timeout)
         keys = np.empty(n, dtype=np.uint64)
         probs = np.empty(n, dtype=np.float64)
@@ -309,6 +349,9 @@ cdef class TableCore:
             rc = fr_table_sample(self._t, n, tns, &kv[0], &bv[0], &qv[0],
                                  &tv[0], &sv[0], payloads, &done)
         if rc != FR_OK:
+            if payloads != NULL:  # FR_EINTR after `done` samples
+                for i in range(done):
+                    fr_trajectory_payload_release(NULL, yv[i])
             _raise_for_status(rc, self._ctx())
         data = None
         if with_data:
@@ -328,8 +371,7 @@ cdef class TableCore:
         have the same structure, columns, dtypes and lengths.  Selection and gathering (with
         decompression) run without the GIL.
         """
-        if n < 1:
-            raise ValueError(f"num_samples ({n}) must be a positive integer")
+        self._check_num_samples(n)
         cdef int64_t tns = _timeout_ns(timeout)
         keys = np.empty(n, dtype=np.uint64)
         probs = np.empty(n, dtype=np.float64)

@@ -4,6 +4,7 @@
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
+    PyBUF_SIMPLE,
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
@@ -14,7 +15,6 @@ from cpython.pythread cimport (
     PyThread_acquire_lock,
     PyThread_allocate_lock,
     PyThread_free_lock,
-    PyThread_get_thread_ident,
     PyThread_release_lock,
     PyThread_type_lock,
 )
@@ -142,6 +142,8 @@ def _handoff_cores() -> int:
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)
+    if dt.kind in _TEXT_KINDS:  # TensorFlow's name; bytes are a kind of their own
+        return "bytes" if dt.kind == "S" else "string"
     return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
 
 
@@ -224,6 +226,8 @@ cdef struct _StepArrays:
     Py_buffer *views
     int64_t *strides       # bytes between environments (batched)
     int64_t *scalars       # storage of Python scalars (8 bytes each)
+    int64_t **env_offs     # batched string values: per value NULL or the
+                           # n_envs + 1 offsets of each environment's blob
 
 
 cdef struct _StepInline:
@@ -241,6 +245,7 @@ cdef inline void _step_inline_init(_StepInline *s) noexcept:
     s.a.n = s.a.n_views = s.a.total = 0
     s.a.cols, s.a.rows, s.a.specs = s.cols, s.rows, s.specs
     s.a.views, s.a.strides, s.a.scalars = s.views, s.strides, s.scalars
+    s.a.env_offs = NULL  # never batched
 
 
 cdef dict _SCALAR_TYPES = {}  # type -> numpy scalar of a supported kind?
@@ -284,6 +289,10 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         except (BufferError, ValueError):  # not C-contiguous: copy below
             kind = 0
     if kind == 0:
+        if not isinstance(v, (str, bytes)):
+            v = np.asarray(v)
+        if isinstance(v, (str, bytes)) or v.dtype.kind in _TEXT_KINDS:
+            return _step_put_text(s, v, path, batched)
         v = _as_native_array(v, path)
         PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
         kind = _format_kind(view.format)
@@ -296,13 +305,61 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
         raise ValueError(
             f"column {path}: leading axis {view.shape[0]} "
             f"!= number of environments {batched}")
-    spec.dtype = kind
+    spec.dtype = ord(kind)
     spec.itemsize = view.itemsize
     spec.ndim = view.ndim - lead
     spec.row_bytes = view.itemsize
     for d in range(lead, view.ndim):
         spec.shape[d - lead] = view.shape[d]
         spec.row_bytes *= view.shape[d]
+    s.strides[i] = spec.row_bytes
+    s.rows[i] = view.buf
+    s.total += view.len
+    s.n += 1
+    return 0
+
+
+cdef int _step_put_text(_StepArrays *s, object v, object path,
+                        Py_ssize_t batched) except -1:
+    """_step_put for a string or bytes value (see _strings.pxi): the value
+    is encoded into one blob, which the step holds as a buffer.  Batched,
+    each environment's row is encoded and the blobs are concatenated, with
+    their offsets in s.env_offs[i]."""
+    cdef Py_ssize_t i = s.n, d, e
+    cdef fr_spec *spec = &s.specs[i]
+    cdef Py_buffer *view = &s.views[s.n_views]
+    cdef int64_t *offs
+    if not batched:
+        kind, shape, blob = _encode_text(v, path)
+    else:
+        if not isinstance(v, _ndarray) or v.ndim < 1:
+            raise ValueError(f"column {path}: expected a leading axis of "
+                             f"{batched} environments, got a scalar")
+        if v.shape[0] != batched:
+            raise ValueError(f"column {path}: leading axis {v.shape[0]} "
+                             f"!= number of environments {batched}")
+        rows = [_encode_text(v[e], path) for e in range(batched)]
+        kind, shape = rows[0][0], rows[0][1]
+        if any(r[0] != kind for r in rows):
+            raise TypeError(f"Unsupported value for column {path}: environments "
+                            "mix str and bytes")
+        offs = s.env_offs[i] = <int64_t *>malloc((batched + 1) * sizeof(int64_t))
+        if offs == NULL:
+            raise MemoryError()
+        offs[0] = 0
+        for e in range(batched):
+            offs[e + 1] = offs[e] + len(rows[e][2])
+        blob = b"".join([r[2] for r in rows])
+    PyObject_GetBuffer(blob, view, PyBUF_SIMPLE)
+    s.n_views += 1
+    spec.dtype = ord(kind)
+    spec.itemsize = 0
+    spec.ndim = len(shape)
+    for d in range(spec.ndim):
+        spec.shape[d] = shape[d]
+    # The row's length (per environment: _append_envs); the column's spec
+    # keeps 0.
+    spec.row_bytes = view.len if not batched else s.env_offs[i][1]
     s.strides[i] = spec.row_bytes
     s.rows[i] = view.buf
     s.total += view.len
@@ -332,8 +389,9 @@ cdef class _Step:
         self.a.views = <Py_buffer *>malloc(m * sizeof(Py_buffer))
         self.a.strides = <int64_t *>malloc(m * sizeof(int64_t))
         self.a.scalars = <int64_t *>malloc(m * sizeof(int64_t))
+        self.a.env_offs = <int64_t **>calloc(m, sizeof(int64_t *))
         if not (self.a.cols and self.a.rows and self.a.specs and self.a.views and
-                self.a.strides and self.a.scalars):
+                self.a.strides and self.a.scalars and self.a.env_offs):
             raise MemoryError()
         for i in range(n):
             _step_put(&self.a, cols[i], values[i], paths[cols[i]], batched)
@@ -345,6 +403,19 @@ cdef class _Step:
         _step_release(&self.a)
         free(self.a.cols); free(self.a.rows); free(self.a.specs)
         free(self.a.views); free(self.a.strides); free(self.a.scalars)
+        cdef Py_ssize_t i
+        if self.a.env_offs != NULL:
+            for i in range(self.a.n):
+                free(self.a.env_offs[i])
+            free(self.a.env_offs)
+
+    cdef str text_path(self, list paths):
+        """Path of the first string/bytes value, or None."""
+        cdef Py_ssize_t i
+        for i in range(self.a.n):
+            if self.a.env_offs[i] != NULL:
+                return paths[i]
+        return None
 
 
 cdef int _scalar_spec(object v, fr_spec *spec, int64_t *slot) except -1:
@@ -385,6 +456,11 @@ cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
     cdef int rc = FR_OK
     for e in range(n_envs):
         for i in range(step.a.n):
+            if step.a.env_offs[i] != NULL:  # string rows of varying length
+                rows[i] = <const char *>step.a.rows[i] + step.a.env_offs[i][e]
+                step.a.specs[i].row_bytes = (step.a.env_offs[i][e + 1] -
+                                             step.a.env_offs[i][e])
+                continue
             rows[i] = <const char *>step.a.rows[i] + e * step.a.strides[i]
         rc = fr_writer_append(ws[e], step.a.n, step.a.cols, rows, step.a.specs,
                               partial, &bad)
@@ -451,8 +527,7 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
 
 cdef int _raise_writer_status(int rc) except -1:
     if rc == FR_ECLOSED:
-        _raise_for_status(rc, "", "A table this writer inserts into was closed "
-                          "and dropped queued items (or the writer was closed).")
+        _raise_for_status(rc, "", "The writer was closed.")
     return _raise_for_status(rc, "writer")
 
 
@@ -466,11 +541,15 @@ cdef class WriterCore:
     cdef fr_writer *_w
     cdef readonly ChunkStore store
     cdef list _paths
+    cdef dict _table_names        # table address -> name, for failure reports
+    cdef const fr_table *_last_table
     #: Serializes every use of this writer across threads (_WriterLock).
     cdef readonly _WriterLock lock
 
     def __cinit__(self, *args, **kwargs):
         self._w = NULL
+        self._table_names = {}
+        self._last_table = NULL
         self.lock = _WriterLock()
         self._paths = []
 
@@ -482,9 +561,27 @@ cdef class WriterCore:
             raise RuntimeError("WriterCore is already initialized")
         _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
         self.store = store
-        self._w = fr_writer_new(store._s, seed, o)
-        if self._w == NULL:
-            raise MemoryError()
+        _raise_for_status(fr_writer_create(store._s, seed, o, &self._w),
+                          "could not create the writer")
+
+    cdef int _raise_status(self, int rc) except -1:
+        """Raise for a status of flush, end_episode or create_item: an
+        FR_EASYNC becomes the recorded failure of the queued insert, naming
+        its table and key (then the writer is usable again)."""
+        cdef uint64_t key = 0
+        cdef const fr_table *table = NULL
+        if rc != FR_EASYNC:
+            return _raise_writer_status(rc)
+        rc = fr_writer_take_failure(self._w, &key, &table)
+        name = self._table_names.get(<size_t>table, "?")
+        if rc == FR_ECLOSED:
+            _raise_for_status(rc, "", f"Table '{name}' was closed before item {key} "
+                              "of this writer could be inserted; the item was "
+                              "dropped.")
+        text = _DEFAULT_MESSAGES.get(rc, f"fastreplay core error {rc}.")
+        return _raise_for_status(rc, "", f"Item {key} of this writer could not be "
+                                 f"inserted into table '{name}' and was dropped: "
+                                 f"{text}")
 
     cdef int _check_col(self, int32_t col) except -1:
         if self._w == NULL:
@@ -680,6 +777,8 @@ cdef class WriterCore:
         cdef fr_column *c = fr_writer_column(self._w, col)
         if not fr_writer_cell_alive(self._w, col, cell):
             raise RuntimeError("Cannot access data from expired WeakCellRef")
+        if fr_spec_is_var(&c.spec):
+            return self._read_text_cell(c, col, cell)
         out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
         cdef unsigned char[::1] ov = out.reshape(-1).view(np.uint8)
         cdef unsigned char dummy = 0
@@ -691,6 +790,18 @@ cdef class WriterCore:
             raise RuntimeError("Cannot access data from expired WeakCellRef")
         _raise_for_status(rc, f"column {self._paths[col]}")
         return out
+
+    cdef object _read_text_cell(self, fr_column *c, int32_t col, int64_t cell):
+        cdef int64_t n = fr_writer_cell_bytes(self._w, col, cell)
+        if n == FR_EEXPIRED:
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
+        blob = PyBytes_FromStringAndSize(NULL, n)
+        cdef char *dst = PyBytes_AS_STRING(blob)
+        cdef int rc
+        with nogil:
+            rc = fr_writer_read_cell(self._w, col, cell, dst)
+        _raise_for_status(rc, f"column {self._paths[col]}")
+        return _decode_text(&c.spec, [blob], ())
 
     def create_item(self, TableCore table not None, double priority,
                     list columns) -> int:
@@ -743,6 +854,9 @@ cdef class WriterCore:
                     cv[at + k] = tc.col_at(k)
                     iv[at + k] = tc.ids[k]
                 at += tc.n
+            if table._t != self._last_table:  # for failure reports
+                self._table_names[<size_t>table._t] = table.name
+                self._last_table = table._t
             # Short and non-blocking: keeping the GIL is cheaper than handing
             # it over twice.
             rc = fr_writer_create_item(self._w, table._t, priority, structure_id,
@@ -759,6 +873,8 @@ cdef class WriterCore:
 
     cdef _raise_create(self, int rc, TableCore table, double priority, list columns,
                        int32_t bad_column, int32_t bad_ref):
+        if rc == FR_EASYNC:
+            self._raise_status(rc)
         if rc == FR_EPRIORITY_NAN and bad_column < 0:
             _raise_for_status(rc, "", "`priority` must not be nan.")
         if bad_column < 0:
@@ -809,7 +925,7 @@ cdef class WriterCore:
                 rc = fr_writer_flush(self._w, ignore_last, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_writer_status(rc)
+        self._raise_status(rc)
         return True
 
     def end_episode(self, bint clear_buffers, timeout) -> bool:
@@ -821,7 +937,7 @@ cdef class WriterCore:
                 rc = fr_writer_end_episode(self._w, clear_buffers, tns)
         if rc == FR_ETIMEOUT:
             return False
-        _raise_writer_status(rc)
+        self._raise_status(rc)
         return True
 
 
@@ -849,6 +965,10 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
     if n == 0:
         return 0
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
+    text = step.text_path(names)
+    if text is not None:
+        raise ValueError(f"column {text}: string and bytes columns cannot be "
+                         "inserted as rows; write them with a TrajectoryWriter")
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
     cdef int rc

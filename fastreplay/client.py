@@ -2,13 +2,17 @@
 
 ``Client('localhost:PORT')`` resolves to the ``Server`` of this process that
 reserved that port; the calls then go straight to its tables (no
-serialization).  fastreplay adds ``sample_batch`` (stacked numpy arrays,
-gathered in C without the GIL) and ``dataset`` (a prefetching iterator).
+serialization).  As in Reverb the client connects lazily: constructing it
+never fails for a well-formed address, and the first call finds the server
+(``server_info(timeout=...)`` waits for it up to the timeout).  fastreplay
+adds ``sample_batch`` (stacked numpy arrays, gathered in C without the GIL)
+and ``dataset`` (a prefetching iterator).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -16,26 +20,36 @@ import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _nest, _structures, errors, structured_writer
+from fastreplay.legacy_writer import Writer, check_step_signature
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
 from fastreplay.server import Server, lookup
 from fastreplay.table import Table, TableInfo
 from fastreplay.writer import TrajectoryWriter
 
-__all__ = ["Client"]
+__all__ = ["Client", "Writer"]
+
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0", "")
 
 
-def _resolve(address: str) -> Server:
+def _parse(address: str) -> tuple[str, int]:
+    """(host, port) of a 'host:port' address; ValueError when malformed."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"server address must be 'host:port', got {address!r}")
-    if host not in ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0", ""):
-        raise ValueError(
+    return host, int(port)
+
+
+def _lookup(address: str) -> Server:
+    """The server of this process at ``address``; UnavailableError if none."""
+    host, port = _parse(address)
+    if host not in _LOCAL_HOSTS:
+        raise errors.UnavailableError(
             f"No fastreplay server at {address}: only servers of this process "
             "(localhost) can be reached; a network transport is not available yet"
         )
-    server = lookup(int(port))
+    server = lookup(port)
     if server is None:
-        raise ValueError(
+        raise errors.UnavailableError(
             f"No fastreplay server at {address} in this process (is it started, "
             "or already stopped?)"
         )
@@ -48,12 +62,30 @@ class Client:
     Parameters
     ----------
     server_address : str
-        ``'localhost:PORT'`` of a server of this process.
+        ``'localhost:PORT'`` of a server of this process.  The server need not
+        exist yet: calls fail with UnavailableError until it does.
+
+    Raises
+    ------
+    ValueError
+        A malformed address (not ``'host:port'``).
     """
 
     def __init__(self, server_address: str) -> None:
+        _parse(server_address)
         self._server_address = server_address
-        self._server = _resolve(server_address)
+        self._server_found: Server | None = None
+        try:
+            self._server_found = _lookup(server_address)
+        except errors.UnavailableError:
+            pass  # connect lazily, like Reverb
+
+    @property
+    def _server(self) -> Server:
+        server = self._server_found
+        if server is None:
+            server = self._server_found = _lookup(self._server_address)
+        return server
 
     @property
     def server_address(self) -> str:
@@ -99,21 +131,71 @@ class Client:
         return structured_writer.StructuredWriter(
             self._server._tables, configs, chunk_store=self._server.chunk_store)
 
+    def writer(self, max_sequence_length: int, delta_encoded: bool = False,
+               chunk_length: int | None = None,
+               max_in_flight_items: int | None = 25) -> Writer:
+        """The legacy ``Writer`` (prefer ``trajectory_writer``): items over
+        the last ``num_timesteps <= max_sequence_length`` appended steps.
+
+        ``chunk_length`` defaults to ``min(10, max_sequence_length)``;
+        ``max_in_flight_items=None`` means unlimited (1,000,000);
+        ``delta_encoded`` is accepted and ignored.
+
+        Raises
+        ------
+        ValueError
+            ``max_sequence_length < 1``, ``chunk_length`` outside
+            ``[1, max_sequence_length]`` or ``max_in_flight_items < 1``.
+        """
+        del delta_encoded  # chunks are LZ4-compressed by the measured rule
+        if max_sequence_length < 1:
+            raise ValueError(f"max_sequence_length ({max_sequence_length}) must be "
+                             "a positive integer")
+        if chunk_length is None:
+            chunk_length = min(10, max_sequence_length)
+        if chunk_length < 1 or chunk_length > max_sequence_length:
+            raise ValueError(
+                f"chunk_length ({chunk_length}) must be a positive integer le to "
+                f"max_sequence_length ({max_sequence_length})")
+        if max_in_flight_items is None:
+            max_in_flight_items = 1_000_000
+        if max_in_flight_items < 1:
+            raise ValueError(f"max_in_flight_items ({max_in_flight_items}) must be "
+                             "a positive integer")
+        server = self._server
+        return Writer(server._tables, max_sequence_length, chunk_length,
+                      max_in_flight_items, chunk_store=server.chunk_store)
+
     def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
         """Insert ``data`` (a nest of one step) as one item into each table
-        of ``priorities`` (table -> priority); blocks until inserted."""
+        of ``priorities`` (table -> priority); blocks until inserted.
+
+        As in Reverb each step is checked against a table's signature (a
+        signature may also describe the length-1 trajectory), and sampled
+        data has a leading time axis of length 1.  Nothing is inserted when
+        any table rejects the data.
+        """
         if not priorities:
             raise ValueError("priorities must contain at least one item")
-        for name in priorities:
-            self._table(name)
-        writer = TrajectoryWriter(self._server._tables, 1,
-                                  chunk_store=self._server.chunk_store)
-        writer.append(data)
-        step = _nest.map_structure(lambda h: h[-1:], writer.history)
-        for name, priority in priorities.items():
-            writer.create_item(name, priority, step)
-        writer.flush()
-        writer.close()
+        targets = [self._table(name) for name in priorities]
+        server = self._server
+        # The legacy writer's rules without its per-call overhead: one step,
+        # each signature checked against it (or the length-1 trajectory),
+        # every table checked before any item is created.
+        writer = TrajectoryWriter(server._tables, 1, validate_items=False,
+                                  chunk_store=server.chunk_store)
+        try:
+            writer.append(data)
+            step = _nest.map_structure(lambda h: h[-1:], writer.history)
+            for target in targets:
+                if target.signature is not None:
+                    check_step_signature(target.name, target.signature,
+                                         _nest.flatten(step), 1)
+            for name, priority in priorities.items():
+                writer.create_item(name, priority, step)
+            writer.flush()
+        finally:
+            writer.close()
 
     # ----- sampling -----
 
@@ -158,7 +240,7 @@ class Client:
         """
         target = self._table(table)
         keys, probs, prios, times, sizes, columns, _, sid = (
-            target._core.sample_batch(batch_size, timeout))
+            target._core.sample_batch(target._num_samples(batch_size), timeout))
         info = SampleInfoBatch(keys, probs, sizes, prios, times)
         # The items' own nest (every item carries its structure id).
         structure = target.signature if target.signature is not None \
@@ -192,7 +274,31 @@ class Client:
         self._table(table).reset()
 
     def server_info(self, timeout: float | None = None) -> dict[str, TableInfo]:
-        """TableInfo of every table, by name."""
+        """TableInfo of every table, by name.
+
+        With a ``timeout`` (seconds; None or 0 waits no deadline) the call
+        waits that long for a server that is not running yet.
+
+        Raises
+        ------
+        DeadlineExceededError
+            No server at the address within ``timeout``.
+        UnavailableError
+            No server at the address (without a timeout).
+        """
+        if self._server_found is None and timeout:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self._server_found = _lookup(self._server_address)
+                    break
+                except errors.UnavailableError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise errors.DeadlineExceededError(
+                            "ServerInfo call did not complete within provided "
+                            f"timeout of {timeout}s") from None
+                    time.sleep(min(0.02, left))
         return {name: t.info for name, t in self._server._tables.items()}
 
     def checkpoint(self) -> str:

@@ -12,10 +12,13 @@ __all__ = [
     "DataLossError",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "HistoryIndexError",
+    "InternalError",
     "InvalidArgumentError",
     "InvalidPriorityError",
     "ReverbError",
     "TableClosedError",
+    "UnavailableError",
 ]
 
 
@@ -49,3 +52,18 @@ class FailedPreconditionError(ReverbError, RuntimeError):
 
 class DataLossError(ReverbError, RuntimeError):
     """Stored data failed to decode (corrupt chunk or checkpoint)."""
+
+
+class InternalError(ReverbError, RuntimeError):
+    """The core failed in a way no argument explains (Reverb's INTERNAL)."""
+
+
+class UnavailableError(ReverbError, RuntimeError):
+    """No server answers at the client's address (Reverb's UNAVAILABLE, which
+    its Python client raises as RuntimeError)."""
+
+
+class HistoryIndexError(ReverbError, IndexError, ValueError):
+    """A history index outside the appended steps.  Reverb raises
+    ValueError for an index before the first step (IndexError past the
+    last), so both ``except`` clauses catch it."""

@@ -2,6 +2,7 @@
 
 from fastreplay.selectors import (
     Fifo,
+    HeapSelector,
     ItemSelector,
     Lifo,
     MaxHeap,
@@ -10,5 +11,5 @@ from fastreplay.selectors import (
     Uniform,
 )
 
-__all__ = ["Fifo", "ItemSelector", "Lifo", "MaxHeap", "MinHeap", "Prioritized",
+__all__ = ["Fifo", "HeapSelector", "ItemSelector", "Lifo", "MaxHeap", "MinHeap", "Prioritized",
            "Uniform"]

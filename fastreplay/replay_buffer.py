@@ -10,6 +10,7 @@ sampling after ``add_batch`` is as fast as after ``add``.  Sampling gathers
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 from typing import Any
@@ -131,15 +132,18 @@ class ReplayBuffer:
         ``indexes`` (keys for ``update_priorities``), ``weights`` (importance
         weights with exponent ``beta``; ones for a uniform buffer) and
         ``probabilities``."""
+        beta = float(beta)
+        if not (beta >= 0 and math.isfinite(beta)):
+            raise ValueError(f"beta ({beta}) must be finite and >= 0")
         keys, probs, prios, times, sizes, columns, *_ = self._table._core.sample_batch(
-            batch_size, timeout
+            self._table._num_samples(batch_size), timeout
         )
         assert self._fields is not None
         out = dict(zip(self._fields, columns, strict=False))
         out["indexes"] = keys
         out["probabilities"] = probs
         if self._prioritized:
-            w = (sizes * probs) ** -float(beta)
+            w = (sizes * probs) ** -beta
             out["weights"] = w / w.max()
         else:
             out["weights"] = np.ones(len(keys))

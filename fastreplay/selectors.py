@@ -12,6 +12,7 @@ import math
 
 __all__ = [
     "Fifo",
+    "HeapSelector",
     "ItemSelector",
     "Lifo",
     "MaxHeap",
@@ -83,16 +84,32 @@ class Lifo(ItemSelector):
     is_deterministic = True
 
 
-class MinHeap(ItemSelector):
+class HeapSelector(ItemSelector):
+    """Base of :class:`MinHeap` and :class:`MaxHeap` (Reverb's
+    ``pybind.HeapSelector``): ``HeapSelector(min_heap=True)`` builds a
+    MinHeap, ``HeapSelector(False)`` a MaxHeap."""
+
+    is_deterministic = True
+    min_heap: bool = True
+
+    def __new__(cls, min_heap: bool = True) -> HeapSelector:
+        if cls is HeapSelector:
+            cls = MinHeap if min_heap else MaxHeap
+        return super().__new__(cls)
+
+    def __init__(self, min_heap: bool = True) -> None:
+        pass
+
+
+class MinHeap(HeapSelector):
     """Lowest priority first; ties go to the least recently inserted or
     updated item.  Reported probability 1.0."""
 
     kind = "min_heap"
-    is_deterministic = True
 
 
-class MaxHeap(ItemSelector):
+class MaxHeap(HeapSelector):
     """Highest priority first; ties as :class:`MinHeap`."""
 
     kind = "max_heap"
-    is_deterministic = True
+    min_heap = False

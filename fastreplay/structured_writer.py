@@ -128,8 +128,8 @@ class StructuredWriter(_core._StructuredBase):
         data_index = {s: k for k, s in enumerate(data_sources)}
         keep_alive = max(1, max(c.max_age for c in self._configs))
         core = _core.WriterCore(self._store or DEFAULT_STORE, self._seed, keep_alive)
-        for s in stored:
-            core.add_column(repr(paths[s]))
+        for s in stored:  # errors name a column as Reverb's writer does
+            core.add_column(f"{s} (path={paths[s]!r})")
         compiled = []
         for config in self._configs:
             nodes = [(column[n.flat_source_index], int(n.start is not None),

@@ -12,7 +12,7 @@ in seconds (``None`` waits forever).
 from __future__ import annotations
 
 import copy
-import dataclasses
+import operator
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,49 +24,70 @@ from fastreplay import _core
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.reverb_types import (
+    KeyDistributionOptions,
+    RateLimiterCallStats,
+    RateLimiterInfo,
+    TableInfo,
+    TableWorkerTime,
+)
 
-__all__ = ["CallStats", "RateLimiterInfo", "Table", "TableInfo"]
-
-
-@dataclasses.dataclass(frozen=True)
-class CallStats:
-    """Completed calls and time spent blocked by the rate limiter."""
-
-    completed: int
-    blocked: int
-    stall_seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class RateLimiterInfo:
-    samples_per_insert: float
-    min_diff: float
-    max_diff: float
-    min_size_to_sample: int
-    insert_stats: CallStats
-    sample_stats: CallStats
-    deletes: int
+__all__ = ["CallStats", "KeyDistributionOptions", "RateLimiterCallStats",
+           "RateLimiterInfo", "Table", "TableInfo", "TableWorkerTime"]
 
 
-@dataclasses.dataclass(frozen=True)
-class TableInfo:
-    """Reverb's TableInfo fields plus fastreplay's counters."""
+#: fastreplay's earlier name of RateLimiterCallStats.
+CallStats = RateLimiterCallStats
 
-    name: str
-    sampler_options: sel.ItemSelector
-    remover_options: sel.ItemSelector
-    max_size: int
-    max_times_sampled: int
-    rate_limiter_info: RateLimiterInfo
-    signature: Any
-    current_size: int
-    num_unique_samples: int
-    num_inserts: int
-    num_samples: int
-    num_updates: int
-    num_deletes: int
-    num_evictions: int
-    num_expired: int
+
+def _integer(table: str, what: str, value: object) -> int:
+    """``value`` as a Python int; TypeError naming the table for floats,
+    bools, strings and other non-integers (``1.5`` must not become 1)."""
+    if isinstance(value, bool):
+        raise TypeError(f"Table '{table}': {what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"Table '{table}': {what} must be an integer, got "
+            f"{type(value).__name__} {value!r}"
+        ) from None
+
+
+_KEY_LIMIT = 2**64
+
+
+def _key(table: str, key: object) -> int:
+    k = _integer(table, "key", key)
+    if not 0 <= k < _KEY_LIMIT:
+        raise ValueError(f"Table '{table}': key {k} is outside [0, 2**64)")
+    return k
+
+
+def _keys(table: str, keys: Any) -> np.ndarray:
+    """``keys`` as a 1-D uint64 array; integer dtypes (or Python ints) only,
+    every key in [0, 2**64)."""
+    arr = np.asarray(keys)
+    if arr.ndim > 1:
+        raise ValueError(f"Table '{table}': keys must be one-dimensional, got "
+                         f"shape {arr.shape}")
+    arr = arr.reshape(-1)
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64, copy=False)
+    if arr.dtype.kind == "i":
+        if arr.size and arr.min() < 0:
+            raise ValueError(f"Table '{table}': keys must be >= 0, got "
+                             f"{int(arr.min())}")
+        return arr.astype(np.uint64)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.uint64)
+    if arr.dtype.kind == "O" or not isinstance(keys, np.ndarray):
+        # Python ints beyond int64 (numpy makes a list mixing them with
+        # smaller ones float64): convert one by one, refusing floats.
+        items = list(keys) if isinstance(keys, (list, tuple)) else arr.tolist()
+        return np.array([_key(table, k) for k in items], dtype=np.uint64)
+    raise TypeError(f"Table '{table}': keys must be integers, got dtype "
+                    f"{arr.dtype}")
 
 
 def _check_selector(what: str, value: object) -> sel.ItemSelector:
@@ -124,8 +145,13 @@ class Table:
         remover, a rate limiter already used by another table, extensions,
         or an unsupported signature.
     TypeError
-        A sampler or remover that is not a selector, or a rate limiter that
-        is not a ``RateLimiter``.
+        A sampler or remover that is not a selector, a rate limiter that
+        is not a ``RateLimiter``, or a ``max_size``/``max_times_sampled``
+        that is not an integer.
+
+    Keys (``insert``, ``update_priorities``, ``mutate_priorities``,
+    ``delete``, ``get``) must be integers in [0, 2**64): a float key raises
+    ``TypeError`` rather than being truncated.
     """
 
     def __init__(
@@ -141,10 +167,15 @@ class Table:
         *,
         seed: int | None = None,
     ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {name!r}")
         if not name:
             raise ValueError("name must be nonempty")
-        if int(max_size) <= 0:
-            raise ValueError(f"max_size ({max_size}) must be a positive integer")
+        max_size = _integer(name, "max_size", max_size)
+        if max_size <= 0:
+            raise ValueError(f"max_size ({max_size}) must be a positive integer "
+                             f"(table '{name}')")
+        max_times_sampled = _integer(name, "max_times_sampled", max_times_sampled)
         _check_selector("sampler", sampler)
         _check_selector("remover", remover)
         if sampler is remover:
@@ -246,12 +277,13 @@ class Table:
 
     @property
     def info(self) -> TableInfo:
+        """Reverb's ``TableInfo`` of this table (a snapshot)."""
         s = self._core.stats()
         limiter = self._rate_limiter
         return TableInfo(
             name=self._name,
-            sampler_options=self._sampler,
-            remover_options=self._remover,
+            sampler_options=KeyDistributionOptions.from_selector(self._sampler),
+            remover_options=KeyDistributionOptions.from_selector(self._remover),
             max_size=self._max_size,
             max_times_sampled=self._max_times_sampled,
             rate_limiter_info=RateLimiterInfo(
@@ -259,11 +291,11 @@ class Table:
                 min_diff=limiter.min_diff,
                 max_diff=limiter.max_diff,
                 min_size_to_sample=limiter.min_size_to_sample,
-                insert_stats=CallStats(
+                insert_stats=RateLimiterCallStats(
                     s["rl_inserts"], s["num_insert_stalls"],
                     s["insert_stall_ns"] / 1e9,
                 ),
-                sample_stats=CallStats(
+                sample_stats=RateLimiterCallStats(
                     s["rl_samples"], s["num_sample_stalls"],
                     s["sample_stall_ns"] / 1e9,
                 ),
@@ -271,7 +303,13 @@ class Table:
             ),
             signature=self._signature,
             current_size=s["size"],
+            num_episodes=s["num_episodes"],
+            num_deleted_episodes=s["num_deleted_episodes"],
             num_unique_samples=s["num_unique_samples"],
+            table_worker_time=TableWorkerTime(
+                waiting_for_sampling_ms=s["insert_stall_ns"] // 1_000_000,
+                waiting_for_inserts_ms=s["sample_stall_ns"] // 1_000_000,
+            ),
             num_inserts=s["num_inserts"],
             num_samples=s["num_samples"],
             num_updates=s["num_updates"],
@@ -283,6 +321,7 @@ class Table:
     def can_sample(self, num_samples: int) -> bool:
         """Whether the rate limiter would admit ``num_samples`` samples now
         (ignores max_times_sampled, as in Reverb)."""
+        num_samples = _integer(self._name, "num_samples", num_samples)
         if num_samples < 1:
             raise ValueError(f"num_samples ({num_samples}) must be >= 1")
         return bool(self._core.can_sample(num_samples))
@@ -290,11 +329,24 @@ class Table:
     def can_insert(self, num_inserts: int) -> bool:
         """Whether the rate limiter would admit ``num_inserts`` inserts now
         (ignores max_size, as in Reverb)."""
+        num_inserts = _integer(self._name, "num_inserts", num_inserts)
         if num_inserts < 1:
             raise ValueError(f"num_inserts ({num_inserts}) must be >= 1")
         return bool(self._core.can_insert(num_inserts))
 
     # ----- operations -----
+
+    def _num_samples(self, num_samples: object) -> int:
+        """An integer batch size (TypeError naming the table otherwise); the
+        core refuses n < 1 and n beyond its per-call limit."""
+        n = _integer(self._name, "num_samples", num_samples)
+        if n < 1:
+            raise ValueError(f"num_samples ({n}) must be a positive integer "
+                             f"(table '{self._name}')")
+        if n >= 2**62:  # the core's own limit is far lower and names it
+            raise ValueError(f"num_samples ({n}) is too large (table "
+                             f"'{self._name}')")
+        return n
 
     def __len__(self) -> int:
         return int(self._core.size())
@@ -315,8 +367,10 @@ class Table:
         Raises
         ------
         InvalidPriorityError, DeadlineExceededError, TableClosedError
+        TypeError
+            A key that is not an integer (``1.5`` is not stored as key 1).
         """
-        self._core.insert(key, priority, timeout)
+        self._core.insert(_key(self._name, key), priority, timeout)
 
     def insert_batch(
         self,
@@ -329,7 +383,8 @@ class Table:
 
         Every priority is validated before the first insert.
         """
-        return int(self._core.insert_many(keys, priorities, timeout))
+        return int(self._core.insert_many(_keys(self._name, keys), priorities,
+                                          timeout))
 
     def sample(
         self, num_samples: int = 1, *, timeout: float | None = None
@@ -340,6 +395,7 @@ class Table:
         the call waits.  If the timeout expires after at least one sample a
         shorter batch is returned; with none, DeadlineExceededError.
         """
+        num_samples = self._num_samples(num_samples)
         keys, probs, prios, times, sizes, _ = self._core.sample(num_samples, timeout)
         return SampleInfoBatch(keys, probs, sizes, prios, times)
 
@@ -351,7 +407,7 @@ class Table:
         (``[T, *shape]``, or ``shape`` when squeezed).  Rate limiting and
         timeouts as :meth:`sample`."""
         keys, probs, prios, times, sizes, trajs = self._core.sample(
-            num_samples, timeout, True
+            self._num_samples(num_samples), timeout, True
         )
         assert trajs is not None
         return [
@@ -375,26 +431,27 @@ class Table:
         """
         updates = updates or {}
         self._core.mutate(
-            np.fromiter(updates.keys(), dtype=np.uint64, count=len(updates)),
+            np.array([_key(self._name, k) for k in updates], dtype=np.uint64),
             np.fromiter(updates.values(), dtype=np.float64, count=len(updates)),
-            np.asarray(list(deletes or ()), dtype=np.uint64),
+            _keys(self._name, list(deletes or ())),
         )
 
     def update_priorities(
         self, keys: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> None:
         """Vectorised priority update (unknown keys ignored)."""
-        self._core.mutate(keys, priorities, np.empty(0, dtype=np.uint64))
+        self._core.mutate(_keys(self._name, keys), priorities,
+                          np.empty(0, dtype=np.uint64))
 
     def delete(self, keys: npt.ArrayLike) -> None:
         """Delete items by key (unknown keys ignored)."""
         self._core.mutate(
-            np.empty(0, dtype=np.uint64), np.empty(0), np.atleast_1d(keys)
+            np.empty(0, dtype=np.uint64), np.empty(0), _keys(self._name, keys)
         )
 
     def get(self, key: int) -> tuple[int, float, int] | None:
         """``(key, priority, times_sampled)`` of a stored item, else None."""
-        item = self._core.get(key)
+        item = self._core.get(_key(self._name, key))
         return None if item is None else (item[0], item[1], item[2])
 
     def items(self) -> np.ndarray:

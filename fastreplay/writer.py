@@ -357,6 +357,15 @@ def _seconds(timeout_ms: int | None) -> float | None:
     return timeout_ms / 1000.0
 
 
+def _dtype_matches(got: np.dtype[Any], want: np.dtype[Any]) -> bool:
+    """Whether a column of dtype ``got`` fits a signature dtype: string
+    columns ('U', any width) fit str_ specs, bytes columns ('S') bytes_ specs,
+    and both fit object specs (``tf.string``)."""
+    if want.kind in "USO" and got.kind in "US":
+        return want.kind in (got.kind, "O")
+    return bool(got == want)
+
+
 def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
                      ) -> None:
     for column in columns:
@@ -377,7 +386,7 @@ def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
         want_dtype = np.dtype(getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
         want_shape = tuple(None if d is None else int(d) for d in spec.shape)
         got_shape = column.shape
-        ok = column.dtype == want_dtype and len(got_shape) == len(want_shape) and all(
+        ok = _dtype_matches(column.dtype, want_dtype) and len(got_shape) == len(want_shape) and all(
             w is None or w == g for w, g in zip(want_shape, got_shape, strict=False)
         )
         if not ok:

@@ -23,6 +23,7 @@ import pytest
 from threadutil import Worker, join_workers
 
 from fastreplay import Client, ReplaySample, SampleInfo, Server, Table
+from fastreplay import errors
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.errors import DeadlineExceededError, TableClosedError
@@ -169,15 +170,16 @@ class TestServer:
         Client(address)
         srv.stop()
         srv.stop()  # idempotent
-        with pytest.raises(ValueError):
-            Client(address)
+        late = Client(address)  # connects lazily: the first call fails
+        with pytest.raises(errors.UnavailableError, match="No fastreplay server"):
+            late.server_info()
 
     def test_context_manager_stops(self) -> None:
         with Server([uniform_table("t")]) as srv:
             address = f"localhost:{srv.port}"
             assert srv.localhost_client().server_address == address
-        with pytest.raises(ValueError):
-            Client(address)
+        with pytest.raises(RuntimeError, match="already stopped"):
+            Client(address).insert(1, {"t": 1.0})
 
     @pytest.mark.parametrize("address", ["nonsense", "localhost:", "localhost:abc"])
     def test_malformed_address(self, address: str) -> None:
@@ -185,8 +187,9 @@ class TestServer:
             Client(address)
 
     def test_unknown_port(self) -> None:
-        with pytest.raises(ValueError):
-            Client(f"localhost:{free_port()}")
+        client = Client(f"localhost:{free_port()}")  # lazy, as Reverb's
+        with pytest.raises(errors.UnavailableError):
+            client.sample_batch("t", 1)
 
     def test_stop_wakes_blocked_sampler(self) -> None:
         srv = Server([uniform_table("t")])
@@ -234,12 +237,13 @@ class TestClientBasics:
         (sample,) = next(client.sample("uniform"))
         np.testing.assert_array_equal(sample.data[0], 5)
 
-    def test_unpickle_after_stop_fails(self) -> None:
+    def test_unpickle_after_stop_fails_on_use(self) -> None:
         srv = Server([uniform_table("t")])
         blob = pickle.dumps(srv.localhost_client())
         srv.stop()
-        with pytest.raises(ValueError):
-            pickle.loads(blob)
+        copy = pickle.loads(blob)  # lazy: fails at the first call
+        with pytest.raises(errors.UnavailableError):
+            copy.insert(1, {"t": 1.0})
 
     def test_sample_sets_table_size_and_probability(self, client: Client) -> None:
         for i in range(1, 11):
@@ -407,9 +411,9 @@ class TestClientBasics:
         assert dist.num_unique_samples == 0
         assert dist.max_size == 1000
         assert dist.max_times_sampled == 0
-        assert isinstance(dist.sampler_options, sel.Prioritized)
-        assert dist.sampler_options.priority_exponent == 1.0
-        assert isinstance(dist.remover_options, sel.Fifo)
+        assert dist.sampler_options.HasField("prioritized")
+        assert dist.sampler_options.prioritized.priority_exponent == 1.0
+        assert dist.remover_options.fifo
         assert dist.signature is None
         rli = dist.rate_limiter_info
         assert rli.samples_per_insert == 1.0
@@ -428,7 +432,7 @@ class TestClientBasics:
         queue = info["queue"]
         assert queue.max_size == 100
         assert queue.max_times_sampled == 1
-        assert isinstance(queue.sampler_options, sel.Fifo)
+        assert queue.sampler_options.fifo
         assert queue.rate_limiter_info.max_diff == 100
         assert info["signed"].signature == SIGNATURE
         assert client.server_info(timeout=1.0).keys() == info.keys()

@@ -411,10 +411,9 @@ def test_stack_is_last_in_first_out_and_blocks_when_full_or_empty() -> None:
 def test_queue_and_stack_configuration(factory: object) -> None:
     table = factory("t", 5)  # type: ignore[operator]
     info = table.info
-    expected = sel.Fifo if factory == Table.queue else sel.Lifo
-    assert type(info.sampler_options) is expected
-    assert type(info.remover_options) is expected
-    assert info.sampler_options is not info.remover_options
+    expected = "fifo" if factory == Table.queue else "lifo"
+    assert info.sampler_options.WhichOneof("distribution") == expected
+    assert info.remover_options.WhichOneof("distribution") == expected
     assert info.max_size == 5
     assert info.max_times_sampled == 1
     rli = info.rate_limiter_info

@@ -155,7 +155,7 @@ def _stress(table: Table, seconds: float) -> None:
 
     # Probabilities of a big sample agree with the stored priorities.
     if len(keys) > 0 and table.can_sample(1):
-        alpha = info.sampler_options.priority_exponent
+        alpha = info.sampler_options.prioritized.priority_exponent
         weights = {int(r["key"]): float(r["priority"]) ** alpha for r in items}
         total = sum(weights.values())
         batch = table.sample(2000, timeout=0)

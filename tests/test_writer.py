@@ -806,8 +806,9 @@ def test_bad_partial_append_keeps_step_state() -> None:
     assert values(w.history["scalar"]) == [1, 2]
 
 
-@pytest.mark.parametrize("value", ["abc", b"abc", np.array(["a", "b"]),
-                                   np.datetime64("2020-01-01"),
+# (str and bytes are supported: tests/test_strings.py.)
+@pytest.mark.parametrize("value", [np.datetime64("2020-01-01"),
+                                   np.array([1, None], dtype=object),
                                    np.array([object()], dtype=object)])
 def test_unsupported_dtype_raises_type_error(value: Any) -> None:
     w = TrajectoryWriter(fifo_table(), 10)
@@ -1212,16 +1213,17 @@ def test_end_episode_timeout_reverb_queue_example() -> None:
             w.end_episode(clear_buffers=False, timeout_ms=1)
 
 
-def test_closed_table_poisons_the_writer() -> None:
+def test_closed_table_fails_the_next_flush_then_the_writer_goes_on() -> None:
     table = fifo_table()
     w = TrajectoryWriter(table, 2)
     w.append({"x": 1})
     table.close()
-    with pytest.raises(TableClosedError):
-        w.create_item("t", 1.0, {"x": w.history["x"][-1]})
+    w.create_item("t", 1.0, {"x": w.history["x"][-1]})
+    with pytest.raises(TableClosedError, match="Table 't' was closed before item"):
         w.flush()
-    with pytest.raises(TableClosedError):
-        w.append({"x": 2})
+    # Reported once: the item was dropped and the writer stays usable.
+    w.append({"x": 2})
+    w.flush()
 
 
 def test_flush_reports_items_dropped_by_a_closed_table() -> None:
@@ -1667,7 +1669,7 @@ def _snapshot(vec: VectorTrajectoryWriter, keys: Any = None) -> list[Any]:
     ({"obs": np.zeros((3, 3), np.float32), "act": np.zeros(3, np.int64)},
      ValueError),
     ({"obs": np.zeros((3, 2), np.float32), "act": np.array(["a", "b", "c"])},
-     TypeError),
+     ValueError),  # a string into an int column
     ({"obs": np.zeros((3, 2), np.float32), "act": 1}, ValueError),
 ], ids=["short-axis", "long-axis-second-leaf", "dtype", "shape", "str",
         "no-env-axis"])

@@ -1,0 +1,138 @@
+# String and bytes columns: encoding of appended values into cell blobs and
+# decoding of stored blobs back into numpy arrays.  Included by _core.pyx.
+#
+# A string column has spec dtype 'U' (Python str, numpy str_, object arrays
+# of str) and a bytes column 'S' (bytes, numpy bytes_, object arrays of
+# bytes); itemsize and row_bytes are 0, so str_ values of any width are the
+# same column.  One cell of shape `shape` (N = prod(shape) elements) is one
+# blob: N little-endian uint32 byte lengths, then the N elements' bytes
+# (UTF-8 for strings, surrogates passed through).  The C core stores the
+# blobs as the variable-length rows of chunks (csrc/chunk.h, FR_VAR_ROWS),
+# chunked and compressed like fixed-size rows.  Strings are not a hot path: this runs per call in
+# Python-level Cython.  Stored blobs (a checkpoint may be hostile) are
+# parsed and bounds-checked, and only ever become str/bytes objects.
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+_TEXT_KINDS = "USO"  # numpy kinds stored as string or bytes columns
+_LENS = np.dtype("<u4")
+
+
+cdef tuple _encode_text(object v, object path):
+    """``(kind, shape, blob)`` of a str or bytes value, or of a numpy array
+    of kind 'U', 'S' or 'O' (whose objects must be all str or all bytes)."""
+    if isinstance(v, str):
+        kind, shape, items = b'U', (), [v]
+    elif isinstance(v, bytes):
+        kind, shape, items = b'S', (), [v]
+    else:
+        shape = tuple(v.shape)
+        if len(shape) > FR_MAX_NDIM:
+            raise ValueError(f"column {path}: expected at most {FR_MAX_NDIM} "
+                             f"dimensions, got {len(shape)}")
+        items = v.ravel().tolist()
+        if v.dtype.kind == "U":
+            kind = b'U'
+        elif v.dtype.kind == "S":
+            kind = b'S'
+        elif all(isinstance(x, str) for x in items):
+            kind = b'U'
+        elif all(isinstance(x, bytes) for x in items):
+            kind = b'S'
+        else:
+            odd = [x for x in items if not isinstance(x, (str, bytes))]
+            raise TypeError(
+                f"Unsupported value for column {path}: an object array must hold "
+                f"only str or only bytes, got {type(odd[0]).__name__}" if odd else
+                f"Unsupported value for column {path}: an object array mixes str "
+                "and bytes")
+    if kind == b'U':
+        items = [x.encode("utf-8", "surrogatepass") for x in items]
+    lens = [len(x) for x in items]
+    if lens and max(lens) > 0xFFFFFFFF:
+        raise ValueError(f"column {path}: a string or bytes element is longer "
+                         "than 4 GiB")
+    blob = np.array(lens, dtype=_LENS).tobytes() + b"".join(items)
+    return kind, shape, blob
+
+
+cdef int _column_blobs(fr_trajectory *t, int32_t col, list out) except -1:
+    """Append the blobs of column ``col`` of a ready trajectory to ``out``
+    (each slice's chunk is decoded once)."""
+    cdef fr_traj_column *c = &t.columns[col]
+    cdef fr_slice *s
+    cdef int32_t si, r
+    cdef int64_t need
+    cdef const int64_t *offs
+    cdef const unsigned char *payload
+    cdef unsigned char[::1] sv
+    for si in range(c.first_slice, c.first_slice + c.n_slices):
+        s = &t.slices[si]
+        need = fr_chunk_var_scratch_bytes(s.chunk)
+        if need < 0 or s.offset < 0 or s.offset + s.length > s.chunk.n_rows:
+            raise errors.DataLossError(f"chunk {s.chunk.key} is not a string chunk")
+        scratch = bytearray(max(need, 1))
+        sv = scratch
+        if fr_chunk_var_data(s.chunk, &sv[0], &offs, &payload) != FR_OK:
+            raise errors.DataLossError(f"chunk {s.chunk.key} does not decode")
+        for r in range(s.offset, s.offset + s.length):
+            out.append(PyBytes_FromStringAndSize(<const char *>payload + offs[r],
+                                                 offs[r + 1] - offs[r]))
+    return 0
+
+
+cdef object _decode_text(const fr_spec *spec, list blobs, tuple lead):
+    """The cells ``blobs`` of a string/bytes column decoded and stacked:
+    a numpy str_ ('U') or bytes_ ('S') array of shape ``lead + shape``,
+    as wide as its longest element."""
+    shape = _shape_of(spec)
+    cdef Py_ssize_t n_el = 1, pos, i
+    for d in shape:
+        n_el *= d
+    cdef bint text = spec.dtype == b'U'
+    values = []
+    for blob in blobs:
+        if 4 * n_el > len(blob):
+            raise errors.DataLossError("stored string cell is truncated")
+        lens = np.frombuffer(blob, dtype=_LENS, count=n_el).tolist()
+        pos = 4 * n_el
+        if pos + sum(lens) != len(blob):
+            raise errors.DataLossError("stored string cell has inconsistent lengths")
+        for i in range(n_el):
+            piece = blob[pos:pos + lens[i]]
+            pos += lens[i]
+            if text:
+                try:
+                    piece = piece.decode("utf-8", "surrogatepass")
+                except UnicodeDecodeError as e:
+                    raise errors.DataLossError(
+                        "stored string cell is not UTF-8") from e
+            values.append(piece)
+    width = max(1, max([len(x) for x in values], default=1))
+    out = np.array(values, dtype=f"{'U' if text else 'S'}{width}")
+    return out.reshape(lead + shape)
+
+
+cdef object _gather_text(fr_trajectory **ts, int64_t n, int32_t col):
+    """Column ``col`` of n checked trajectories (fr_trajectories_check) as
+    one array ``[n, T, *shape]`` (``[n, *shape]`` when squeezed)."""
+    cdef fr_traj_column *first = &ts[0].columns[col]
+    cdef int64_t b
+    blobs = []
+    for b in range(n):
+        _column_blobs(ts[b], col, blobs)
+    cdef tuple lead = (n,)
+    if not first.squeeze:
+        lead = (n, first.length)
+    return _decode_text(first.spec, blobs, lead)
+
+
+def _decode_text_for_tests(str kind, tuple shape, list blobs):
+    """_decode_text of cells with dtype ``kind`` and ``shape`` (tests)."""
+    cdef fr_spec spec
+    memset(&spec, 0, sizeof(spec))
+    spec.dtype = ord(kind)
+    spec.ndim = len(shape)
+    for d in range(spec.ndim):
+        spec.shape[d] = shape[d]
+    return _decode_text(&spec, blobs, (len(blobs),))[0]
