@@ -91,7 +91,7 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void fr_handoff_release(void) {
+static void handoff_release(void) {
     /* Before the first count, so a fork after it resets the count. */
     pthread_once(&fork_handler_once, register_fork_handler);
     uintptr_t me = (uintptr_t)&token;
@@ -99,7 +99,7 @@ void fr_handoff_release(void) {
     atomic_fetch_add_explicit(&busy, 1, memory_order_relaxed);
 }
 
-void fr_handoff_wait(void) {
+static void handoff_wait(void) {
     uintptr_t me = (uintptr_t)&token;
     /* Spinning threads plus the holder must fit on the cores, or spinning
      * would take the holder's core away and delay the release it waits for. */
@@ -119,6 +119,13 @@ void fr_handoff_wait(void) {
         }
     }
     atomic_fetch_sub_explicit(&busy, 1, memory_order_relaxed);
+}
+
+int fr_handoff_run(fr_handoff_fn fn, void *arg) {
+    handoff_release();
+    int rc = fn(arg);
+    handoff_wait();
+    return rc;
 }
 
 void fr_handoff_acquired(void) {

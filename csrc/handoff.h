@@ -20,12 +20,15 @@
 #ifndef FASTREPLAY_HANDOFF_H
 #define FASTREPLAY_HANDOFF_H
 
-/* First thing after releasing the GIL for GIL-free work (not before: a
- * waiter that saw the release while the GIL was still held would go to
- * sleep in CPython after all). */
-void fr_handoff_release(void);
-/* Last thing of the GIL-free work, just before taking the GIL back. */
-void fr_handoff_wait(void);
+/* The one entry point for GIL-free compute: call with the GIL released;
+ * runs fn(arg) between the two steps of the protocol (marking this thread
+ * busy once the GIL is dropped, then spinning briefly behind a holder that
+ * runs Python before the caller takes the GIL back) and returns its status.
+ * The caller calls fr_handoff_acquired() first thing with the GIL again.
+ * Never for work that may block (a rate-limiter wait, a flush): the spin
+ * rule counts every thread inside as running on a core. */
+typedef int (*fr_handoff_fn)(void *arg);
+int fr_handoff_run(fr_handoff_fn fn, void *arg);
 /* First thing with the GIL again. */
 void fr_handoff_acquired(void);
 

@@ -163,7 +163,7 @@ void fr_table_close(fr_table *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
-int fr_table_check_locked(const fr_table *t, double priority) {
+int fr_table_check_priority(const fr_table *t, double priority) {
     int rc = fr_selector_check(&t->sampler, priority);
     return rc != FR_OK ? rc : fr_selector_check(&t->remover, priority);
 }
@@ -235,7 +235,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
     for (int64_t k = 0; k < n; k++) {
-        if ((rc = fr_table_check_locked(t, priorities[k])) != FR_OK) {
+        if ((rc = fr_table_check_priority(t, priorities[k])) != FR_OK) {
             *bad_index = k;
             goto out;
         }
@@ -401,7 +401,7 @@ int fr_table_mutate(fr_table *t, int64_t n_updates, const uint64_t *keys,
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
     for (int64_t i = 0; i < n_updates; i++) {
-        int rc = fr_table_check_locked(t, priorities[i]);
+        int rc = fr_table_check_priority(t, priorities[i]);
         if (rc != FR_OK) {
             *bad_index = i;
             pthread_mutex_unlock(&t->mu);

@@ -151,8 +151,10 @@ int fr_table_insert(fr_table *t, uint64_t key, double priority,
 int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
                           uint64_t payload, fr_sync *sync);
 
-/* FR_OK if both selectors accept `priority`, else its FR_EPRIORITY_* code. */
-int fr_table_check_priority(fr_table *t, double priority);
+/* FR_OK if both selectors accept `priority`, else its FR_EPRIORITY_* code.
+ * Reads only the selectors' kind and exponent, which are fixed when the
+ * table is created: callable with or without the table lock. */
+int fr_table_check_priority(const fr_table *t, double priority);
 
 /* Insert n items in order with one lock acquisition while the rate limiter
  * allows.  Every priority is validated first: on an invalid one *bad_index

@@ -42,7 +42,7 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
 
 int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
                           int64_t times_sampled, uint64_t payload) {
-    int rc = fr_table_check_locked(t, priority);
+    int rc = fr_table_check_priority(t, priority);
     if (rc != FR_OK) return rc;
     pthread_mutex_lock(&t->mu);
     if (fr_keymap_get(&t->index, key) >= 0) {

@@ -73,7 +73,6 @@ void fr_sync_add(fr_sync *s, int64_t delta, int64_t dropped);
 
 /* With the table lock held: */
 int fr_table_ensure_slot(fr_table *t); /* room for one more item */
-int fr_table_check_locked(const fr_table *t, double priority);
 int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
                            uint64_t payload);
 void fr_table_release_payload(fr_table *t, uint64_t payload);

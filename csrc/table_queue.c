@@ -65,13 +65,9 @@ static int queue_push(fr_table *t, fr_async_insert item) {
     return FR_OK;
 }
 
-int fr_table_check_priority(fr_table *t, double priority) {
-    return fr_table_check_locked(t, priority);
-}
-
 int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
                           uint64_t payload, fr_sync *sync) {
-    int rc = fr_table_check_locked(t, priority);
+    int rc = fr_table_check_priority(t, priority);
     if (rc != FR_OK) return rc;
     pthread_mutex_lock(&t->mu);
     if (t->closed) {

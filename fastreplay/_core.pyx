@@ -172,6 +172,19 @@ cdef int64_t _timeout_ns(object timeout) except? -2:
     return <int64_t>(seconds * 1e9)
 
 
+cdef int _run_gil_free(fr_handoff_fn fn, void *arg) noexcept:
+    """Run the compute job ``fn(arg)`` without the GIL and return its status.
+    The one place that follows the GIL hand-off protocol (csrc/handoff.h):
+    writer and learner threads finishing such work spin briefly behind a
+    thread running Python instead of sleeping in CPython.  Only for work that
+    cannot block: rate-limiter waits release the GIL plainly."""
+    cdef int rc
+    with nogil:
+        rc = fr_handoff_run(fn, arg)
+    fr_handoff_acquired()
+    return rc
+
+
 cdef class SumTree:
     """SumTree(capacity)
 

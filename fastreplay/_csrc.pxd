@@ -40,8 +40,8 @@ cdef extern from "mem.h" nogil:
 
 
 cdef extern from "handoff.h" nogil:
-    void fr_handoff_release()
-    void fr_handoff_wait()
+    ctypedef int (*fr_handoff_fn)(void *arg) noexcept nogil
+    int fr_handoff_run(fr_handoff_fn fn, void *arg)
     void fr_handoff_acquired()
     int fr_handoff_cores()
 

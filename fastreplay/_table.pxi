@@ -62,6 +62,35 @@ DEF _CACHE_SLOTS = 16
 DEF _CACHE_BUDGET = 64 << 20
 
 
+cdef struct _GatherJob:
+    fr_trajectory **ts
+    int64_t n
+    int32_t n_cols
+    void **outs
+    int64_t *strides     # 0: a column decoded with the GIL (strings)
+    unsigned char *cache
+    int64_t most
+    int32_t slots
+    int32_t failed       # the column that failed, or -1
+
+
+cdef int _gather_columns(void *arg) noexcept nogil:
+    """Copy every fixed-size column of a _GatherJob, one after the other."""
+    cdef _GatherJob *j = <_GatherJob *>arg
+    cdef int32_t c
+    cdef int rc
+    for c in range(j.n_cols):
+        if j.strides[c] == 0:
+            continue
+        memset(j.cache, 0, j.slots * sizeof(fr_gather_key))  # other columns' chunks
+        rc = fr_trajectories_gather(j.ts, j.n, c, j.outs[c], j.strides[c], j.cache,
+                                    j.most, j.slots)
+        if rc != FR_OK:
+            j.failed = c
+            return rc
+    return FR_OK
+
+
 cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     """Stack column c of the n trajectories into one array per column."""
     if n == 0:
@@ -69,6 +98,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     cdef int64_t most = 0
     cdef int32_t c, n_cols, bad = -1
     cdef fr_traj_column *first
+    cdef _GatherJob job
     cdef int rc = fr_trajectories_check(ts, n, &most, &bad)
     if rc == FR_EEMPTY:
         raise ValueError(f"Table '{table}' holds items without data "
@@ -105,19 +135,9 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
             outs[c], strides[c] = _data_of(out), out.nbytes // n
             columns.append(out)
             squeeze.append(bool(first.squeeze))
-        with nogil:  # ... and copy without it, every column in one go
-            fr_handoff_release()  # after the GIL is dropped
-            for c in range(n_cols):
-                if strides[c] == 0:
-                    continue
-                # Forget other columns' chunks.
-                memset(cache, 0, slots * sizeof(fr_gather_key))
-                rc = fr_trajectories_gather(ts, n, c, outs[c], strides[c], cache,
-                                            most, slots)
-                if rc != FR_OK:
-                    break
-            fr_handoff_wait()
-        fr_handoff_acquired()
+        job = _GatherJob(ts, n, n_cols, outs, strides, cache, most, slots, -1)
+        rc = _run_gil_free(_gather_columns, &job)  # ... and copy without it
+        c = job.failed
         if rc != FR_OK:
             _raise_for_status(rc, f"table '{table}', column {c}")
     finally:

@@ -449,21 +449,35 @@ cdef object _as_native_array(object v, object path):
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-cdef int _append_envs(fr_writer **ws, Py_ssize_t n_envs, _Step step,
-                      const void **rows, bint partial) noexcept nogil:
+cdef struct _AppendJob:
+    fr_writer **ws       # one writer per environment (1 for a plain append)
+    Py_ssize_t n_envs
+    _StepArrays *a
+    const void **rows    # per-environment row pointers (scratch, n_envs > 1)
+    bint partial
+    int32_t bad          # out: the column fr_writer_append rejected
+
+
+cdef int _append_envs(void *arg) noexcept nogil:
+    """Append environment e's row of every column of the job's step to
+    writer e (rows of environment e sit at e * stride, or at the string
+    offsets of the env)."""
+    cdef _AppendJob *j = <_AppendJob *>arg
+    cdef _StepArrays *a = j.a
     cdef Py_ssize_t e, i
-    cdef int32_t bad = -1
     cdef int rc = FR_OK
-    for e in range(n_envs):
-        for i in range(step.a.n):
-            if step.a.env_offs[i] != NULL:  # string rows of varying length
-                rows[i] = <const char *>step.a.rows[i] + step.a.env_offs[i][e]
-                step.a.specs[i].row_bytes = (step.a.env_offs[i][e + 1] -
-                                             step.a.env_offs[i][e])
+    if j.n_envs == 1 and j.rows == NULL:
+        return fr_writer_append(j.ws[0], a.n, a.cols, a.rows, a.specs, j.partial,
+                                &j.bad)
+    for e in range(j.n_envs):
+        for i in range(a.n):
+            if a.env_offs[i] != NULL:  # string rows of varying length
+                j.rows[i] = <const char *>a.rows[i] + a.env_offs[i][e]
+                a.specs[i].row_bytes = a.env_offs[i][e + 1] - a.env_offs[i][e]
                 continue
-            rows[i] = <const char *>step.a.rows[i] + e * step.a.strides[i]
-        rc = fr_writer_append(ws[e], step.a.n, step.a.cols, rows, step.a.specs,
-                              partial, &bad)
+            j.rows[i] = <const char *>a.rows[i] + e * a.strides[i]
+        rc = fr_writer_append(j.ws[e], a.n, a.cols, j.rows, a.specs, j.partial,
+                              &j.bad)
         if rc != FR_OK:
             break
     return rc
@@ -490,6 +504,7 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
             raise IndexError(f"column {c} out of range [0, {n_cols})")
     cdef _Step step = _Step((<WriterCore>cores[0])._paths, cols, values, n_envs)
     cdef WriterCore core
+    cdef _AppendJob job
     cdef int32_t bad = -1
     cdef int rc = FR_OK
     cdef const void **rows = <const void **>malloc(max(step.a.n, 1) * sizeof(void *))
@@ -508,14 +523,11 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
             rc = fr_writer_check_append(ws[e], step.a.n, step.a.cols, step.a.specs, &bad)
             if rc != FR_OK:
                 core._raise_append(rc, cols, values, bad, 1)
+        job = _AppendJob(ws, n_envs, &step.a, rows, partial, -1)
         if step.a.total >= _NOGIL_MIN_BYTES or n_envs * step.a.n > 64:
-            with nogil:
-                fr_handoff_release()  # after the GIL is dropped
-                rc = _append_envs(ws, n_envs, step, rows, partial)
-                fr_handoff_wait()
-            fr_handoff_acquired()
+            rc = _run_gil_free(_append_envs, &job)
         else:
-            rc = _append_envs(ws, n_envs, step, rows, partial)
+            rc = _append_envs(&job)
         _raise_for_status(rc, "append_batch")
     finally:
         for e in range(locked):
@@ -600,7 +612,7 @@ cdef class WriterCore:
         """Add a column named ``path`` (for messages); options default to the
         writer's.  Returns its index."""
         cdef fr_chunker_options o
-        cdef int32_t col
+        cdef int32_t col = -1
         if num_keep_alive_refs is not None:
             _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
         with self.lock:
@@ -671,6 +683,7 @@ cdef class WriterCore:
         cdef _StepInline inline
         cdef _StepArrays *a = &inline.a
         cdef _Step heap = None
+        cdef _AppendJob job
         cdef int32_t bad = -1
         cdef int rc
         if n > fr_writer_num_columns(self._w):
@@ -689,16 +702,12 @@ cdef class WriterCore:
                 for c in range(n):
                     if flat[c] is not None:
                         _step_put(a, c, flat[c], self._paths[c], 0)
+            job = _AppendJob(&self._w, 1, a, NULL, partial, -1)
             if a.total >= _NOGIL_MIN_BYTES:
-                with nogil:
-                    fr_handoff_release()  # after the GIL is dropped
-                    rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
-                                          partial, &bad)
-                    fr_handoff_wait()
-                fr_handoff_acquired()
+                rc = _run_gil_free(_append_envs, &job)
             else:
-                rc = fr_writer_append(self._w, a.n, a.cols, a.rows, a.specs,
-                                      partial, &bad)
+                rc = _append_envs(&job)
+            bad = job.bad
         finally:
             _step_release(a)
         if rc != FR_OK:
