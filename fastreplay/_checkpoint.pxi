@@ -167,8 +167,8 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
             size *= d
         if size >= 2**40:
             raise errors.DataLossError(f"item {key}: column {ci} rows are too large")
-        # String and bytes columns live on variable-length chunks only.
-        row_bytes = FR_VAR_ROWS if kind in "US" else size
+        # String columns live on variable-length chunks only.
+        row_bytes = FR_VAR_ROWS if kind == "S" else size
         rows = 0
         for cid, offset, length in slices:
             h = chunks.get(cid)

@@ -798,7 +798,7 @@ def insert_rows(TableCore table, ChunkStore store, list names, list values, keys
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
     text = step.text_path(names)
     if text is not None:
-        raise ValueError(f"column {text}: string and bytes columns cannot be "
+        raise ValueError(f"column {text}: string columns cannot be "
                          "inserted as rows; write them with a TrajectoryWriter")
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
