@@ -23,6 +23,10 @@ int fr_chunker_options_validate(const fr_chunker_options *o) {
     return FR_OK;
 }
 
+int32_t fr_chunker_start_length(const fr_chunker_options *o) {
+    return o->autotune || o->max_chunk_length < 1 ? 1 : o->max_chunk_length;
+}
+
 static void tuner_init(fr_tuner *t) {
     memset(t, 0, sizeof *t);
     t->prev_len = t->prev_cost = -1.0;
@@ -32,7 +36,7 @@ void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt) {
     memset(c, 0, sizeof *c);
     c->store = store;
     c->opt = opt;
-    c->max_len = opt.autotune ? 1 : opt.max_chunk_length;
+    c->max_len = fr_chunker_start_length(&opt);
     tuner_init(&c->tuner);
 }
 
@@ -215,7 +219,7 @@ int fr_column_reset(fr_column *c) {
 int fr_column_configure(fr_column *c, fr_chunker_options opt) {
     if (c->buf_rows > 0) return FR_EBUSY;
     c->opt = opt;
-    c->max_len = opt.autotune ? 1 : opt.max_chunk_length;
+    c->max_len = fr_chunker_start_length(&opt);
     tuner_init(&c->tuner);
     trim(c);
     return FR_OK;

@@ -31,6 +31,11 @@ typedef struct fr_chunker_options {
 /* FR_OK, or FR_EINVAL for Reverb's ValidateChunkerOptions failures. */
 int fr_chunker_options_validate(const fr_chunker_options *o);
 
+/* The chunker's rule for a new column: the most rows a chunk holds before it
+ * is finalized (max_chunk_length, or 1 for an auto-tuned column until item
+ * feedback grows it).  Batched row inserts (rows.h) split by it too. */
+int32_t fr_chunker_start_length(const fr_chunker_options *o);
+
 #define FR_TUNE_ITEMS 10
 #define FR_TUNE_CHUNKS 5
 

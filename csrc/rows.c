@@ -1,13 +1,37 @@
 #include "rows.h"
 
-#include "column.h"
-
 #include <stdlib.h>
+
+int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
+                             int64_t n_rows) {
+    int64_t len = fr_should_compress(spec) ? fr_chunker_start_length(opt) : n_rows;
+    if (len > n_rows) len = n_rows;
+    return len < 1 ? 1 : (int32_t)len;
+}
+
+/* Column c's rows cut into chunks of len[c] rows: chunks[c][k] holds rows
+ * [k * len[c], (k + 1) * len[c]). */
+static int make_chunks(fr_store *store, const fr_spec *spec, const void *rows,
+                       int64_t n_rows, int32_t len, uint64_t *next_key,
+                       fr_chunk **out) {
+    const unsigned char *src = rows;
+    int compress = fr_should_compress(spec);
+    for (int64_t k = 0, r = 0; r < n_rows; k++, r += len) {
+        int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
+        out[k] = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
+        if (!out[k]) return FR_ENOMEM;
+        int rc = fr_chunk_finalize(out[k], src + r * spec->row_bytes, n, r,
+                                   r + n - 1, compress);
+        if (rc != FR_OK) return rc;
+    }
+    return FR_OK;
+}
 
 int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                    const fr_spec *specs, const void *const *cols,
                    int64_t n_rows,
                    const uint64_t *keys, const double *priorities,
+                   const fr_chunker_options *opt,
                    uint64_t chunk_key, int64_t timeout_ns, int64_t *n_done,
                    int64_t *bad_index) {
     *n_done = 0;
@@ -21,25 +45,30 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     }
     if (n_rows <= 0 || n_rows > INT32_MAX) return n_rows == 0 ? FR_OK : FR_EINVAL;
     int rc = FR_ENOMEM;
-    fr_chunk **chunks = calloc((size_t)n_cols, sizeof *chunks);
+    int64_t n_chunks = 0;
+    fr_chunk ***chunks = calloc((size_t)n_cols, sizeof *chunks);
+    int32_t *lens = calloc((size_t)n_cols, sizeof *lens);
     const fr_spec **ispecs = calloc((size_t)n_cols, sizeof *ispecs);
     uint64_t *trajs = calloc((size_t)n_rows, sizeof *trajs);
-    if (!chunks || !ispecs || !trajs) goto out;
+    if (!chunks || !lens || !ispecs || !trajs) goto out;
     for (int32_t c = 0; c < n_cols; c++) {
+        lens[c] = fr_rows_chunk_length(&specs[c], opt, n_rows);
+        n_chunks = (n_rows + lens[c] - 1) / lens[c];
         if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
-        chunks[c] = fr_chunk_new(store, chunk_key + (uint64_t)c, 0, specs[c].row_bytes);
-        if (!chunks[c] ||
-            fr_chunk_finalize(chunks[c], cols[c], (int32_t)n_rows, 0, n_rows - 1,
-                              fr_should_compress(&specs[c])) != FR_OK)
-            goto out;
+        if (!(chunks[c] = calloc((size_t)n_chunks, sizeof **chunks))) goto out;
+        rc = make_chunks(store, &specs[c], cols[c], n_rows, lens[c], &chunk_key,
+                         chunks[c]);
+        if (rc != FR_OK) goto out;
     }
+    rc = FR_ENOMEM;
     for (int64_t r = 0; r < n_rows; r++) {
         fr_trajectory *tr = fr_trajectory_new(n_cols, n_cols);
         if (!tr) goto out;
         for (int32_t c = 0; c < n_cols; c++) {
             tr->columns[c].spec = ispecs[c];
             tr->columns[c].squeeze = 1;
-            fr_trajectory_push_row(tr, c, chunks[c], (int32_t)r);
+            fr_trajectory_push_row(tr, c, chunks[c][r / lens[c]],
+                                   (int32_t)(r % lens[c]));
         }
         trajs[r] = (uint64_t)(uintptr_t)tr;
     }
@@ -51,9 +80,15 @@ out:
         for (int64_t r = *n_done; r < n_rows; r++)
             fr_trajectory_payload_release(NULL, trajs[r]);
     if (chunks)
-        for (int32_t c = 0; c < n_cols; c++)
-            if (chunks[c]) fr_chunk_release(chunks[c]);
+        for (int32_t c = 0; c < n_cols; c++) {
+            if (!chunks[c]) continue;
+            n_chunks = (n_rows + lens[c] - 1) / lens[c];
+            for (int64_t k = 0; k < n_chunks; k++)
+                if (chunks[c][k]) fr_chunk_release(chunks[c][k]);
+            free(chunks[c]);
+        }
     free(chunks);
+    free(lens);
     free(ispecs);
     free(trajs);
     return rc;

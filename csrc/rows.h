@@ -1,25 +1,42 @@
-/* Batched insertion of one-step items (transitions) without a writer: each
- * column's n rows become one chunk, and row r of every column becomes item
- * keys[r] (each column squeezed).  The path under fastreplay.ReplayBuffer's
- * add(): one call per batch, no Python work per transition.
+/* Batched insertion of one-step items (transitions) without a writer: row r
+ * of every column becomes item keys[r] (each column squeezed).  The path
+ * under fastreplay.ReplayBuffer's add() and add_batch(): one call per batch,
+ * no Python work per transition.
+ *
+ * Chunking follows the writer's chunker (column.h): a compressed column is
+ * cut into chunks of fr_chunker_start_length(opt) rows, the length a writer
+ * column with the same options would give, so reading one row decodes at
+ * most that many rows whatever the batch size, and the gather scratch
+ * (trajectory.h, sized from compressed chunks) stays bounded.  A raw column
+ * is one chunk per batch: its rows are read in place (nothing is decoded),
+ * and one chunk per row would cost more memory than the rows themselves.
+ *
+ * Thread-safe as far as the table is (the chunks are private until the items
+ * are inserted).
  */
 #ifndef FASTREPLAY_ROWS_H
 #define FASTREPLAY_ROWS_H
 
+#include "column.h"
 #include "table.h"
 #include "trajectory.h"
 
+/* Rows of one chunk of a column of `spec` inserted with options `opt`. */
+int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
+                             int64_t n_rows);
+
 /* Insert n_rows items into t.  cols[c] points at n_rows C-contiguous rows of
  * specs[c]; columns are compressed by the writer's rule
- * (fr_should_compress).  Priorities are validated
- * first (*bad_index names the first invalid one; nothing is inserted).  Waits
- * for the rate limiter up to timeout_ns; *n_done receives how many were
- * inserted.  FR_OK, FR_EPRIORITY_*, FR_EINVAL, FR_ETIMEOUT, FR_ECLOSED or
- * FR_ENOMEM. */
+ * (fr_should_compress) and chunked as described above, chunk keys counting
+ * up from chunk_key.  Priorities are validated first (*bad_index names the
+ * first invalid one; nothing is inserted).  Waits for the rate limiter up to
+ * timeout_ns; *n_done receives how many were inserted.  FR_OK,
+ * FR_EPRIORITY_*, FR_EINVAL, FR_ETIMEOUT, FR_ECLOSED or FR_ENOMEM. */
 int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                    const fr_spec *specs, const void *const *cols,
                    int64_t n_rows,
                    const uint64_t *keys, const double *priorities,
+                   const fr_chunker_options *opt,
                    uint64_t chunk_key, int64_t timeout_ns, int64_t *n_done,
                    int64_t *bad_index);
 

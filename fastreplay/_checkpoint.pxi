@@ -39,7 +39,7 @@ cdef tuple _spec_tuple(const fr_spec *s):
     return (chr(s.dtype), s.itemsize, _shape_of(s))
 
 
-def export_items(TableCore table) -> tuple:
+def export_items(TableCore table not None) -> tuple:
     """``(items, chunks)``: items in insertion order as ``(key, priority,
     times_sampled, columns, structure_id)`` with columns ``(spec, squeeze, slices)`` and
     slices ``(chunk_id, offset, length)``; chunks maps chunk_id to a
@@ -113,7 +113,7 @@ def _spec_kind_ok(kind, itemsize) -> bool:
     return dt.kind == kind and dt.itemsize == itemsize and not dt.hasobject
 
 
-def restore_chunk(ChunkStore store, dict meta, bytes data) -> ChunkHandle:
+def restore_chunk(ChunkStore store not None, dict meta, bytes data) -> ChunkHandle:
     """A ready chunk rebuilt from its metadata and stored bytes (every size
     checked against ``data`` before anything is allocated)."""
     if len(data) != meta["stored_bytes"]:
@@ -137,7 +137,8 @@ def restore_chunk(ChunkStore store, dict meta, bytes data) -> ChunkHandle:
     return ChunkHandle.adopt(c)
 
 
-def restore_item(TableCore table, uint64_t key, double priority, int64_t times_sampled,
+def restore_item(TableCore table not None, uint64_t key, double priority,
+                 int64_t times_sampled,
                  columns, dict chunks, int32_t structure_id=0) -> None:
     """Add a checkpointed item (see export_items) without touching the rate
     limiter.  Chunk ids refer to ``chunks`` (id -> ChunkHandle); ``columns``
@@ -224,7 +225,7 @@ def restore_item(TableCore table, uint64_t key, double priority, int64_t times_s
                           else "duplicate key or table full")
 
 
-def restore_counters(TableCore table, int64_t inserts, int64_t samples,
+def restore_counters(TableCore table not None, int64_t inserts, int64_t samples,
                      int64_t deletes, dict stats) -> None:
     cdef fr_table_stats st
     memset(&st, 0, sizeof(st))

@@ -29,6 +29,8 @@ def insert_rows(
     priorities: npt.ArrayLike,
     chunk_key: int,
     timeout: float | None = None,
+    num_keep_alive_refs: int = 1,
+    max_chunk_length: int | None = None,
 ) -> int: ...
 def export_items(
     table: TableCore,
@@ -94,14 +96,12 @@ class TableCore:
         self,
         key: int,
         priority: float,
-        payload: int = 0,
         timeout: float | None = None,
     ) -> None: ...
     def insert_many(
         self,
         keys: npt.ArrayLike,
         priorities: npt.ArrayLike,
-        payloads: npt.ArrayLike | None = None,
         timeout: float | None = None,
     ) -> int: ...
     def sample(
@@ -138,7 +138,7 @@ class TableCore:
     def can_insert(self, n: int) -> bool: ...
     def size(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
-    def get(self, key: int) -> tuple[int, float, int, int, int] | None: ...
+    def get(self, key: int) -> tuple[int, float, int, int, bool] | None: ...
     def items(self) -> npt.NDArray[Any]: ...
 
 @disjoint_base
@@ -154,9 +154,16 @@ class ChunkStore:
     def stats(self) -> dict[str, int]: ...
 
 @disjoint_base
+class _WriterLock:
+    def __enter__(self) -> _WriterLock: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+@disjoint_base
 class WriterCore:
     @property
     def store(self) -> ChunkStore: ...
+    @property
+    def lock(self) -> _WriterLock: ...
     def __init__(
         self,
         store: ChunkStore,

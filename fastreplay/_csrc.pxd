@@ -270,6 +270,7 @@ cdef extern from "column.h" nogil:
         int32_t autotune
         double throughput_weight
     int fr_chunker_options_validate(const fr_chunker_options *o)
+    int32_t fr_chunker_start_length(const fr_chunker_options *o)
     ctypedef struct fr_column:
         int has_spec
         fr_spec spec
@@ -324,8 +325,11 @@ cdef extern from "rows.h" nogil:
     int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                        const fr_spec *specs, const void *const *cols,
                        int64_t n_rows, const uint64_t *keys,
-                       const double *priorities, uint64_t chunk_key,
+                       const double *priorities, const fr_chunker_options *opt,
+                       uint64_t chunk_key,
                        int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
+    int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
+                                 int64_t n_rows)
 
 
 cdef extern from "structured.h" nogil:

@@ -20,12 +20,12 @@ cdef class WeakCellRef:
     cdef readonly int32_t _col
     cdef readonly int64_t _id
 
-    def __init__(self, WriterCore core, int32_t col, int64_t cell) -> None:
+    def __init__(self, WriterCore core not None, int32_t col, int64_t cell) -> None:
         self._core, self._col, self._id = core, col, cell
 
     @property
     def expired(self) -> bool:
-        return not fr_writer_cell_alive(self._core._w, self._col, self._id)
+        return not self._core.cell_alive(self._col, self._id)
 
     cdef _check(self):
         if self.expired:
@@ -255,10 +255,11 @@ cdef class TrajectoryColumn:
             return np.empty((0, *info["shape"]), dtype=info["dtype"])
         cdef WriterCore core = self._core
         pairs = self._pairs()
-        if any(not fr_writer_cell_alive(core._w, c, i) for c, i in pairs):
-            raise RuntimeError("Cannot convert TrajectoryColumn with expired data "
-                               "references to numpy array.")
-        values = [core.read_cell(c, i) for c, i in pairs]
+        with core.lock:  # all cells read at one point of the writer's history
+            if any(not core.cell_alive(c, i) for c, i in pairs):
+                raise RuntimeError("Cannot convert TrajectoryColumn with expired "
+                                   "data references to numpy array.")
+            values = [core.read_cell(c, i) for c, i in pairs]
         return values[0] if self._squeeze else np.stack(values)
 
     def __repr__(self) -> str:
@@ -275,7 +276,8 @@ cdef class ColumnHistory:
     cdef readonly int32_t _col
     cdef readonly object _path
 
-    def __init__(self, WriterCore core, int32_t col, path) -> None:
+    def __init__(self, WriterCore core not None, int32_t col, path) -> None:
+        core._check_col(col)
         self._core, self._col, self._path = core, col, path
 
     def __len__(self) -> int:
@@ -285,8 +287,14 @@ cdef class ColumnHistory:
                                  Py_ssize_t count, bint squeeze):
         cdef TrajectoryColumn c = TrajectoryColumn.empty(self._core, self._col, count,
                                                          squeeze, self._path)
-        if count and fr_writer_cells_range(self._core._w, self._col, start, step,
-                                           count, c.ids):
+        cdef int64_t missing = 0
+        cdef _WriterLock lock = self._core.lock
+        if count:
+            lock.acquire()
+            missing = fr_writer_cells_range(self._core._w, self._col, start, step,
+                                            count, c.ids)
+            lock.release()
+        if missing:
             self._raise_missing([c.ids[k] for k in range(count)])
         return c
 

@@ -36,7 +36,7 @@ cdef class StructuredCore:
     def __cinit__(self, *args, **kwargs):
         self._s = NULL
 
-    def __init__(self, WriterCore core, Py_ssize_t num_flat, list stored,
+    def __init__(self, WriterCore core not None, Py_ssize_t num_flat, list stored,
                  list data_sources, list configs) -> None:
         cdef Py_ssize_t n = len(configs), i, k
         cdef Py_ssize_t n_nodes = sum(len(c[1]) for c in configs)
@@ -88,7 +88,12 @@ cdef class StructuredCore:
         """Append one (partial) step given as the flat list of all step
         values (None where absent), then create every item whose config now
         applies.  Returns the number of items created."""
-        return self._append(flat, partial)
+        cdef _WriterLock lock = self.core.lock
+        lock.acquire()
+        try:
+            return self._append(flat, partial)
+        finally:
+            lock.release()
 
     cdef int64_t _append(self, list flat, bint partial) except -1:
         if len(flat) != self.num_flat:
@@ -129,9 +134,10 @@ cdef class StructuredCore:
     def end_episode(self, bint clear_buffers, timeout) -> bool:
         """Create the items of configs conditioned on is_end_episode, then end
         the writer's episode; False when the flush timed out."""
-        self._evaluate(1)
-        done = self.core.end_episode(clear_buffers, timeout)
-        fr_sw_end_episode(self._s)
+        with self.core.lock:
+            self._evaluate(1)
+            done = self.core.end_episode(clear_buffers, timeout)
+            fr_sw_end_episode(self._s)
         return done
 
 
@@ -177,4 +183,10 @@ cdef class _StructuredBase:
         flat = None if self._plan is None else self._plan.flatten(data)
         if flat is None:
             flat = self._flatten_general(data)
-        self._sw._append(flat, partial_step)
+        cdef StructuredCore sw = self._sw
+        cdef _WriterLock lock = sw.core.lock  # one thread at a time
+        lock.acquire()
+        try:
+            sw._append(flat, partial_step)
+        finally:
+            lock.release()

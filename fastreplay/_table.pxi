@@ -51,7 +51,15 @@ cdef tuple _shape_of(const fr_spec *spec):
     return tuple([spec.shape[i] for i in range(spec.ndim)])
 
 
+_ITEMS_DTYPE = np.dtype([("key", np.uint64), ("priority", np.float64),
+                         ("times_sampled", np.int64), ("inserted_seq", np.uint64),
+                         ("has_data", np.bool_)])
+
+
 DEF _CACHE_SLOTS = 16
+# Decoded chunks the gather keeps at most (bytes over all slots, one slot at
+# least): fewer slots for chunks of large raw size.
+DEF _CACHE_BUDGET = 64 << 20
 
 
 cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
@@ -76,7 +84,10 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
     columns, squeeze = [], []
     cdef void **outs = <void **>malloc(max(n_cols, 1) * sizeof(void *))
     cdef int64_t *strides = <int64_t *>malloc(max(n_cols, 1) * sizeof(int64_t))
-    cdef size_t cache_n = _CACHE_SLOTS * (sizeof(fr_gather_key) + most) + 8
+    cdef int32_t slots = _CACHE_SLOTS
+    if most > 0 and most * _CACHE_SLOTS > _CACHE_BUDGET:
+        slots = max(1, _CACHE_BUDGET // most)
+    cdef size_t cache_n = slots * (sizeof(fr_gather_key) + most) + 8
     cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
     try:
         if not outs or not strides or not cache:
@@ -100,9 +111,9 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
                 if strides[c] == 0:
                     continue
                 # Forget other columns' chunks.
-                memset(cache, 0, _CACHE_SLOTS * sizeof(fr_gather_key))
+                memset(cache, 0, slots * sizeof(fr_gather_key))
                 rc = fr_trajectories_gather(ts, n, c, outs[c], strides[c], cache,
-                                            most, _CACHE_SLOTS)
+                                            most, slots)
                 if rc != FR_OK:
                     break
             fr_handoff_wait()
@@ -266,18 +277,21 @@ cdef class TableCore:
             s += f", priority {priority!r}"
         return s
 
-    def insert(self, uint64_t key, double priority, uint64_t payload=0,
-               timeout=None) -> None:
-        """Insert or assign one item, waiting for the rate limiter."""
+    def insert(self, uint64_t key, double priority, timeout=None) -> None:
+        """Insert or assign one item without data (key and priority only),
+        waiting for the rate limiter.  Items with data come from compiled
+        code only (writers, insert_rows, restore_item): no data pointer
+        crosses into Python."""
         cdef int64_t tns = _timeout_ns(timeout)
         cdef int rc
         with nogil:
-            rc = fr_table_insert(self._t, key, priority, payload, tns)
+            rc = fr_table_insert(self._t, key, priority, 0, tns)
         if rc != FR_OK:
             _raise_for_status(rc, self._ctx(key, priority))
 
-    def insert_many(self, keys, priorities, payloads=None, timeout=None) -> int:
-        """Insert n items in order; returns how many were inserted.
+    def insert_many(self, keys, priorities, timeout=None) -> int:
+        """Insert n items without data in order; returns how many were
+        inserted.
 
         Every priority is validated before anything is inserted.  When the
         rate limiter times out part-way, the inserted prefix stays and
@@ -286,20 +300,13 @@ cdef class TableCore:
         cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
         cdef const double[::1] pv = np.ascontiguousarray(priorities,
                                                          dtype=np.float64)
-        cdef const uint64_t[::1] yv
         cdef Py_ssize_t n = kv.shape[0]
         if pv.shape[0] != n:
             raise ValueError(
                 f"keys and priorities differ in length ({n} != {pv.shape[0]})")
-        if payloads is None:
-            yv = np.zeros(n, dtype=np.uint64)
-        else:
-            yv = np.ascontiguousarray(payloads, dtype=np.uint64)
-            if yv.shape[0] != n:
-                raise ValueError(
-                    f"keys and payloads differ in length ({n} != {yv.shape[0]})")
         if n == 0:
             return 0
+        cdef const uint64_t[::1] yv = np.zeros(n, dtype=np.uint64)
         cdef int64_t tns = _timeout_ns(timeout)
         cdef int64_t done = 0, bad = -1
         cdef int rc
@@ -452,15 +459,16 @@ cdef class TableCore:
         return s
 
     def get(self, uint64_t key):
-        """``(key, priority, times_sampled, inserted_seq, payload)`` or None."""
+        """``(key, priority, times_sampled, inserted_seq, has_data)`` or None."""
         cdef fr_item it
         if not fr_table_get(self._t, key, &it):
             return None
-        return it.key, it.priority, it.times_sampled, it.inserted_seq, it.payload
+        has_data = it.payload != 0  # (not retained: compared only)
+        return it.key, it.priority, it.times_sampled, it.inserted_seq, has_data
 
     def items(self):
-        """All items in insertion order as a numpy structured array; the
-        ``payload`` field is an opaque handle (0 when the item has no data)."""
+        """All items in insertion order as a numpy structured array (key,
+        priority, times_sampled, inserted_seq, has_data)."""
         dtype = np.dtype([("key", np.uint64), ("priority", np.float64),
                           ("times_sampled", np.int64),
                           ("inserted_seq", np.uint64), ("payload", np.uint64)])
@@ -485,4 +493,8 @@ cdef class TableCore:
             for i in range(n):
                 fr_trajectory_payload_release(NULL, buf[i].payload)
             free(buf)
-        return out
+        items = np.empty(n, dtype=_ITEMS_DTYPE)
+        for name in ("key", "priority", "times_sampled", "inserted_seq"):
+            items[name] = out[name]
+        items["has_data"] = out["payload"] != 0
+        return items

@@ -215,16 +215,21 @@ cdef class _WriterBase:
             A value that is not numeric or bool.
         """
         self._check_open()
-        columns = self._columns
-        plan = (<_ColumnsBase>columns)._plan
-        flat = None if plan is None else plan.flatten(data)
-        if flat is None:
-            flat = columns._flatten_slow(data)
-        self._core._append(flat, partial_step)
         cdef StepReferences refs = StepReferences.__new__(StepReferences)
+        cdef _WriterLock lock = self._core.lock  # one thread at a time
+        lock.acquire()
+        try:
+            columns = self._columns
+            plan = (<_ColumnsBase>columns)._plan
+            flat = None if plan is None else plan.flatten(data)
+            if flat is None:
+                flat = columns._flatten_slow(data)
+            self._core._append(flat, partial_step)
+            refs._position = fr_writer_history_len(self._core._w) - 1
+            refs._generation = self._generation
+        finally:
+            lock.release()
         refs._writer, refs._data = self, data
-        refs._position = fr_writer_history_len(self._core._w) - 1
-        refs._generation = self._generation
         return refs
 
     @property
@@ -255,6 +260,14 @@ cdef class _WriterBase:
             table's selectors reject, or a signature mismatch.
         """
         self._check_open()
+        cdef _WriterLock lock = self._core.lock  # one thread at a time
+        lock.acquire()
+        try:
+            self._create_item(table, priority, trajectory)
+        finally:
+            lock.release()
+
+    cdef _create_item(self, table, priority, trajectory):
         cdef list columns = None
         cdef Py_ssize_t i
         if (type(trajectory) is dict and self._item_keys is not None

@@ -9,6 +9,82 @@ from cpython.buffer cimport (
     PyObject_GetBuffer,
 )
 
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
+
+
+cdef extern from "pythread.h":
+    int PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds,
+                                    int intr_flag) nogil
+
+
+cdef class _WriterLock:
+    """The lock of one writer (Reverb's writer mutex): every call that reads
+    or changes a writer's columns, cells or queue holds it, so a writer used
+    from several threads is serialized instead of corrupting its C state.
+    Reentrant for its owner thread (append may add columns).
+
+    The uncontended path is a try-lock with the GIL held (tens of ns).  A
+    thread that finds it taken waits with the GIL released (the holder may
+    need the GIL to finish), waking every 50 ms to run signal handlers, so
+    Ctrl-C interrupts the wait.  ``close`` never takes it: it must wake a
+    flush that holds it.
+    """
+
+    cdef PyThread_type_lock _lock
+    cdef unsigned long _owner
+    cdef Py_ssize_t _depth
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError()
+        self._owner = 0
+        self._depth = 0
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+
+    cdef inline int acquire(self) except -1:
+        cdef unsigned long me = PyThread_get_thread_ident()
+        cdef int got = 0
+        if self._depth and self._owner == me:
+            self._depth += 1
+            return 0
+        if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+            while not got:
+                with nogil:
+                    got = PyThread_acquire_lock_timed(self._lock, 50000, 0) == 1
+                if not got:
+                    PyErr_CheckSignals()
+        self._owner = me
+        self._depth = 1
+        return 0
+
+    cdef inline void release(self) noexcept:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = 0
+            PyThread_release_lock(self._lock)
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._depth or self._owner != PyThread_get_thread_ident():
+            raise RuntimeError("writer lock released by a thread not holding it")
+        self.release()
+
+
 # numpy kind+itemsize -> Reverb's (TensorFlow's) dtype names, for messages.
 _TF_NAMES = {"f8": "double", "f4": "float", "f2": "half", "b1": "bool",
              "c8": "complex64", "c16": "complex128"}
@@ -397,15 +473,32 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
     cdef Py_ssize_t n_envs = len(cores), e, i
     if n_envs == 0:
         return
+    cdef int64_t n_cols = 2**31
+    for obj in cores:
+        if not isinstance(obj, WriterCore) or (<WriterCore>obj)._w == NULL:
+            raise TypeError(f"append_batch takes WriterCore objects, got "
+                            f"{type(obj).__name__}")
+        n_cols = min(n_cols, fr_writer_num_columns((<WriterCore>obj)._w))
+    if len(cols) != len(values):
+        raise ValueError(f"cols and values differ in length "
+                         f"({len(cols)} != {len(values)})")
+    for c in cols:
+        if not 0 <= c < n_cols:
+            raise IndexError(f"column {c} out of range [0, {n_cols})")
     cdef _Step step = _Step((<WriterCore>cores[0])._paths, cols, values, n_envs)
     cdef WriterCore core
     cdef int32_t bad = -1
     cdef int rc = FR_OK
     cdef const void **rows = <const void **>malloc(max(step.a.n, 1) * sizeof(void *))
     cdef fr_writer **ws = <fr_writer **>malloc(max(n_envs, 1) * sizeof(void *))
+    cdef Py_ssize_t locked = 0
+    cores = list(cores)  # the writers locked below, whatever the caller does
     try:
         if not rows or not ws:
             raise MemoryError()
+        for e in range(n_envs):  # (always in list order: no lock-order cycle)
+            (<WriterCore>cores[e]).lock.acquire()
+            locked += 1
         for e in range(n_envs):
             core = cores[e]
             ws[e] = core._w
@@ -422,6 +515,8 @@ def append_batch(list cores, list cols, list values, bint partial) -> None:
             rc = _append_envs(ws, n_envs, step, rows, partial)
         _raise_for_status(rc, "append_batch")
     finally:
+        for e in range(locked):
+            (<WriterCore>cores[e]).lock.release()
         step.release()
         free(rows)
         free(ws)
@@ -445,18 +540,24 @@ cdef class WriterCore:
     cdef list _paths
     cdef dict _table_names        # table address -> name, for failure reports
     cdef const fr_table *_last_table
+    #: Serializes every use of this writer across threads (_WriterLock).
+    cdef readonly _WriterLock lock
 
     def __cinit__(self, *args, **kwargs):
         self._w = NULL
         self._table_names = {}
         self._last_table = NULL
+        self.lock = _WriterLock()
+        self._paths = []
 
-    def __init__(self, ChunkStore store, uint64_t seed, int32_t num_keep_alive_refs,
+    def __init__(self, ChunkStore store not None, uint64_t seed,
+                 int32_t num_keep_alive_refs,
                  max_chunk_length=None, double throughput_weight=1.0) -> None:
         cdef fr_chunker_options o
+        if self._w != NULL:
+            raise RuntimeError("WriterCore is already initialized")
         _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
         self.store = store
-        self._paths = []
         _raise_for_status(fr_writer_create(store._s, seed, o, &self._w),
                           "could not create the writer")
 
@@ -479,6 +580,14 @@ cdef class WriterCore:
                                  f"inserted into table '{name}' and was dropped: "
                                  f"{text}")
 
+    cdef int _check_col(self, int32_t col) except -1:
+        if self._w == NULL:
+            raise RuntimeError("WriterCore is not initialized")
+        if not 0 <= col < fr_writer_num_columns(self._w):
+            raise IndexError(f"column {col} out of range "
+                             f"[0, {fr_writer_num_columns(self._w)})")
+        return 0
+
     def __dealloc__(self):
         if self._w != NULL:
             fr_writer_free(self._w)
@@ -489,25 +598,34 @@ cdef class WriterCore:
         writer's.  Returns its index."""
         cdef fr_chunker_options o
         cdef int32_t col
-        if num_keep_alive_refs is None:
-            col = fr_writer_add_column(self._w, NULL)
-        else:
+        if num_keep_alive_refs is not None:
             _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
-            col = fr_writer_add_column(self._w, &o)
-        if col < 0:
-            _raise_for_status(col, path)
-        self._paths.append(path)
+        with self.lock:
+            if self._w == NULL:
+                raise RuntimeError("WriterCore is not initialized")
+            col = fr_writer_add_column(self._w,
+                                       NULL if num_keep_alive_refs is None else &o)
+            if col < 0:
+                _raise_for_status(col, path)
+            self._paths.append(path)
         return col
 
     def configure(self, int32_t col, int32_t num_keep_alive_refs, max_chunk_length,
                   double throughput_weight=1.0) -> None:
         cdef fr_chunker_options o
         _options(&o, num_keep_alive_refs, max_chunk_length, throughput_weight)
-        _raise_for_status(fr_writer_configure(self._w, col, o),
-                          f"column {self._paths[col]}")
+        with self.lock:
+            self._check_col(col)
+            _raise_for_status(fr_writer_configure(self._w, col, o),
+                              f"column {self._paths[col]}")
 
     def column_info(self, int32_t col) -> dict:
         """Spec (dtype, shape or None), options and current chunk length."""
+        with self.lock:
+            self._check_col(col)
+            return self._column_info(col)
+
+    cdef dict _column_info(self, int32_t col):
         cdef fr_column *c = fr_writer_column(self._w, col)
         return {
             "dtype": _dtype_of(&c.spec) if c.has_spec else None,
@@ -539,7 +657,11 @@ cdef class WriterCore:
         anything.  Steps copying 16 KiB (_NOGIL_MIN_BYTES) or more run
         without the GIL (its comment says why smaller ones keep it).
         """
-        self._append(flat, partial)
+        self.lock.acquire()
+        try:
+            self._append(flat, partial)
+        finally:
+            self.lock.release()
 
     cdef int _append(self, list flat, bint partial) except -1:
         cdef Py_ssize_t c, n = len(flat), m = 0
@@ -548,6 +670,8 @@ cdef class WriterCore:
         cdef _Step heap = None
         cdef int32_t bad = -1
         cdef int rc
+        if n > fr_writer_num_columns(self._w):
+            raise ValueError(f"{n} values for {fr_writer_num_columns(self._w)} columns")
         for c in range(n):
             if flat[c] is not None:
                 m += 1
@@ -606,17 +730,29 @@ cdef class WriterCore:
 
     def cells_at(self, int32_t col, positions) -> np.ndarray:
         """Cell ids at history positions (-1 where none or expired)."""
-        cdef const int64_t[::1] pv = np.ascontiguousarray(positions, dtype=np.int64)
+        cdef const int64_t[::1] pv = np.ascontiguousarray(positions,
+                                                          dtype=np.int64).reshape(-1)
         out = np.empty(pv.shape[0], dtype=np.int64)
         cdef int64_t[::1] ov = out
-        if pv.shape[0]:
-            fr_writer_cells_at(self._w, col, pv.shape[0], &pv[0], &ov[0])
+        with self.lock:
+            self._check_col(col)
+            if pv.shape[0]:
+                fr_writer_cells_at(self._w, col, pv.shape[0], &pv[0], &ov[0])
         return out
 
     def cells_range(self, int32_t col, int64_t start, int64_t step, int64_t count):
         """Cell ids at positions start + k*step (k < count), or None when
         any position has no alive cell."""
-        out = np.empty(count, dtype=np.int64)
+        with self.lock:
+            self._check_col(col)
+            if count < 0 or count > fr_writer_history_len(self._w):
+                raise ValueError(f"count ({count}) must be in [0, history length "
+                                 f"{fr_writer_history_len(self._w)}]")
+            out = np.empty(count, dtype=np.int64)
+            return self._cells_range(col, start, step, count, out)
+
+    cdef object _cells_range(self, int32_t col, int64_t start, int64_t step,
+                             int64_t count, out):
         cdef int64_t[::1] ov = out
         cdef int64_t missing = 0
         if count:
@@ -625,11 +761,19 @@ cdef class WriterCore:
 
     def cell_alive(self, int32_t col, int64_t cell) -> bool:
         """Whether the cell is in its keep-alive window or pinned by an item."""
-        return bool(fr_writer_cell_alive(self._w, col, cell))
+        with self.lock:
+            return self._w != NULL and bool(fr_writer_cell_alive(self._w, col, cell))
 
     def read_cell(self, int32_t col, int64_t cell) -> np.ndarray:
         """The value of cell ``cell`` of column ``col`` (a copy)."""
+        with self.lock:
+            self._check_col(col)
+            return self._read_cell(col, cell)
+
+    cdef object _read_cell(self, int32_t col, int64_t cell):
         cdef fr_column *c = fr_writer_column(self._w, col)
+        if not fr_writer_cell_alive(self._w, col, cell):
+            raise RuntimeError("Cannot access data from expired WeakCellRef")
         if fr_spec_is_var(&c.spec):
             return self._read_text_cell(c, col, cell)
         out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
@@ -656,10 +800,15 @@ cdef class WriterCore:
         _raise_for_status(rc, f"column {self._paths[col]}")
         return _decode_text(&c.spec, [blob], ())
 
-    def create_item(self, TableCore table, double priority, list columns) -> int:
+    def create_item(self, TableCore table not None, double priority,
+                    list columns) -> int:
         """Queue an item whose trajectory columns are the TrajectoryColumn
         objects ``columns`` (in flatten order).  Returns the item's key."""
-        return self._create(table, priority, columns)
+        self.lock.acquire()
+        try:
+            return self._create(table, priority, columns)
+        finally:
+            self.lock.release()
 
     cdef uint64_t _create(self, TableCore table, double priority,
                           list columns, int32_t structure_id=0) except? 0:
@@ -750,11 +899,15 @@ cdef class WriterCore:
         _raise_for_status(rc, "", prefix + message)
 
     def close(self) -> None:
-        """Refuse further calls and wake a flush blocked in another thread."""
-        fr_writer_close(self._w)
+        """Refuse further calls and wake a flush blocked in another thread.
+        Never takes the writer lock (a blocked flush holds it)."""
+        if self._w != NULL:
+            fr_writer_close(self._w)
 
     def pending(self) -> int:
-        """Items not yet inserted: queued here or in their tables."""
+        """Items not yet inserted: queued here or in their tables (two
+        counters read without the lock, so a blocked flush does not block
+        this)."""
         return fr_writer_pending(self._w)
 
     def flush(self, int64_t ignore_last, timeout) -> bool:
@@ -762,8 +915,11 @@ cdef class WriterCore:
         wait; returns False when the timeout (seconds) expired."""
         cdef int64_t tns = _timeout_ns(timeout)
         cdef int rc
-        with nogil:
-            rc = fr_writer_flush(self._w, ignore_last, tns)
+        if ignore_last < 0:
+            raise ValueError(f"ignore_last ({ignore_last}) must be >= 0")
+        with self.lock:  # (close() wakes this wait without the lock)
+            with nogil:
+                rc = fr_writer_flush(self._w, ignore_last, tns)
         if rc == FR_ETIMEOUT:
             return False
         self._raise_status(rc)
@@ -773,26 +929,36 @@ cdef class WriterCore:
         """End the episode (always, even on timeout); False on timeout."""
         cdef int64_t tns = _timeout_ns(timeout)
         cdef int rc
-        with nogil:
-            rc = fr_writer_end_episode(self._w, clear_buffers, tns)
+        with self.lock:
+            with nogil:
+                rc = fr_writer_end_episode(self._w, clear_buffers, tns)
         if rc == FR_ETIMEOUT:
             return False
         self._raise_status(rc)
         return True
 
 
-def insert_rows(TableCore table, ChunkStore store, list names, list values, keys,
-                priorities, uint64_t chunk_key, timeout=None) -> int:
+def insert_rows(TableCore table not None, ChunkStore store not None, list names,
+                list values, keys,
+                priorities, uint64_t chunk_key, timeout=None,
+                int32_t num_keep_alive_refs=1, max_chunk_length=None) -> int:
     """Insert len(keys) one-step items: row r of every value (leading axis
     = rows) becomes item keys[r], its columns squeezed, in the order of
-    ``values``.  One chunk per column for the whole batch.  Returns how many
-    were inserted (fewer when the rate limiter timed out part-way, which then
-    raises DeadlineExceededError)."""
+    ``values``.  Compressed columns are cut into chunks by the writer's
+    chunker rule for these options (csrc/rows.h), chunk keys counting up
+    from ``chunk_key``.  Returns how many were inserted (fewer when the
+    rate limiter timed out part-way, which then raises
+    DeadlineExceededError)."""
+    cdef fr_chunker_options o
+    _options(&o, num_keep_alive_refs, max_chunk_length, 1.0)
     cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
     cdef const double[::1] pv = np.ascontiguousarray(priorities, dtype=np.float64)
     cdef Py_ssize_t n = kv.shape[0]
     if pv.shape[0] != n:
         raise ValueError(f"keys and priorities differ in length ({n} != {pv.shape[0]})")
+    if len(names) != len(values):
+        raise ValueError(f"names and values differ in length "
+                         f"({len(names)} != {len(values)})")
     if n == 0:
         return 0
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
@@ -804,12 +970,10 @@ def insert_rows(TableCore table, ChunkStore store, list names, list values, keys
     cdef int64_t done = 0, bad = -1
     cdef int rc
     try:
-        with nogil:
-            fr_handoff_release()  # after the GIL is dropped
-            rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs, step.a.rows, n,
-                                &kv[0], &pv[0], chunk_key, tns, &done, &bad)
-            fr_handoff_wait()
-        fr_handoff_acquired()
+        with nogil:  # may wait for the rate limiter: not a hand-off section
+            rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs,
+                                step.a.rows, n,
+                                &kv[0], &pv[0], &o, chunk_key, tns, &done, &bad)
     finally:
         step.release()
     if rc != FR_OK:

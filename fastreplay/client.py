@@ -316,6 +316,10 @@ def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
     return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]
 
 
+#: Threads a dataset may start (a huge count would never finish starting).
+_MAX_WORKERS = 256
+
+
 class SampleDataset:
     """Iterator of ``(info, data)`` batches, prefetched by worker threads.
 
@@ -329,6 +333,9 @@ class SampleDataset:
                  prefetch: int, num_workers: int, timeout: float | None) -> None:
         if batch_size < 1 or prefetch < 1 or num_workers < 1:
             raise ValueError("batch_size, prefetch and num_workers must be >= 1")
+        if num_workers > _MAX_WORKERS:
+            raise ValueError(f"num_workers ({num_workers}) must be at most "
+                             f"{_MAX_WORKERS} (one thread each)")
         import queue
 
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)

@@ -2,8 +2,10 @@
 
 One table of one-step items (each field a squeezed column), uniform or
 prioritized, with the familiar ``add`` / ``sample`` / ``update_priorities``
-calls.  A batch of transitions is one call into C (one chunk per field);
-sampling gathers ``[batch, *shape]`` arrays in C without the GIL.
+calls.  A batch of transitions is one call into C, which cuts each field into
+chunks as a writer with one-step items would (``_core.insert_rows``), so
+sampling after ``add_batch`` is as fast as after ``add``.  Sampling gathers
+``[batch, *shape]`` arrays in C without the GIL.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from fastreplay import _core, rate_limiters, selectors
 from fastreplay.table import Table, TableInfo
 
 __all__ = ["ReplayBuffer"]
+
+#: The chunker options of a writer of one-step items (num_keep_alive_refs=1,
+#: auto-tuned): compressed fields get one row per chunk, as with ``add``.
+_KEEP_ALIVE = 1
 
 
 class ReplayBuffer:
@@ -102,15 +108,15 @@ class ReplayBuffer:
         with self._lock:  # keys and chunk keys stay unique across threads
             keys = np.arange(self._next_key, self._next_key + n, dtype=np.uint64)
             self._next_key += n
-            self._chunk_keys += len(names)
-            chunk_key = self._chunk_keys
+            chunk_key = self._chunk_keys  # one per chunk at most
+            self._chunk_keys = (self._chunk_keys + len(names) * n) % 2**64
             first = self._fields is None
             if first:  # set before rows can be sampled; undone if none land
                 self._fields, self._specs = names, specs
         try:
             _core.insert_rows(self._table._core, self._store,
                               [f"({k!r},)" for k in names], values, keys, prios,
-                              chunk_key, timeout)
+                              chunk_key, timeout, _KEEP_ALIVE)
         except BaseException:
             with self._lock:
                 if first and len(self._table) == 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import secrets
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -106,6 +107,7 @@ class StructuredWriter(_core._StructuredBase):
         self._plan = None
         self._sw = None
         self._closed = False
+        self._start_lock = threading.Lock()  # first appends of several threads
 
     def _start(self, data: Any, flat: list[Any]) -> None:
         """Compile the plan on the first append, when the step is known."""
@@ -159,7 +161,9 @@ class StructuredWriter(_core._StructuredBase):
         before the first append, which compiles it)."""
         flat = _nest.flatten(data)
         if self._sw is None:
-            self._start(data, flat)
+            with self._start_lock:
+                if self._sw is None:
+                    self._start(data, flat)
         return flat
 
     @property

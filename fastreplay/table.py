@@ -370,7 +370,7 @@ class Table:
         TypeError
             A key that is not an integer (``1.5`` is not stored as key 1).
         """
-        self._core.insert(_key(self._name, key), priority, 0, timeout)
+        self._core.insert(_key(self._name, key), priority, timeout)
 
     def insert_batch(
         self,
@@ -383,7 +383,7 @@ class Table:
 
         Every priority is validated before the first insert.
         """
-        return int(self._core.insert_many(_keys(self._name, keys), priorities, None,
+        return int(self._core.insert_many(_keys(self._name, keys), priorities,
                                           timeout))
 
     def sample(
@@ -456,7 +456,7 @@ class Table:
 
     def items(self) -> np.ndarray:
         """Structured array of every item in insertion order (key, priority,
-        times_sampled, inserted_seq, payload)."""
+        times_sampled, inserted_seq, has_data)."""
         return self._core.items()  # type: ignore[no-any-return, unused-ignore]
 
     def reset(self) -> None:

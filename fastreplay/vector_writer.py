@@ -75,10 +75,13 @@ class VectorTrajectoryWriter:
         """
         for env in self._envs:
             env._check_open()
-        flat = self._columns.flatten(data)
-        cols = [i for i, v in enumerate(flat) if v is not None]
-        _core.append_batch([env._core for env in self._envs], cols,
-                           [flat[i] for i in cols], partial_step)
+        # Environment 0's lock serializes this writer's threads (the shared
+        # columns); append_batch then locks every environment in order.
+        with self._envs[0]._core.lock:
+            flat = self._columns.flatten(data)
+            cols = [i for i, v in enumerate(flat) if v is not None]
+            _core.append_batch([env._core for env in self._envs], cols,
+                               [flat[i] for i in cols], partial_step)
 
     def configure(self, path: tuple[Any, ...], *, num_keep_alive_refs: int,
                   max_chunk_length: int | None) -> None:

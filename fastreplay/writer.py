@@ -177,13 +177,14 @@ class TrajectoryWriter(_core._WriterBase):
     def configure_chunker(self, path: tuple[Any, ...], options: ChunkerOptions
                           ) -> None:
         """Set a column's chunker options (the C++ ``ConfigureChunker``)."""
-        col = self._columns.index.get(tuple(path))
-        if col is None:
-            self._overrides[tuple(path)] = options
-        else:
-            self._core.configure(col, options.num_keep_alive_refs,
-                                 options.max_chunk_length,
-                                 getattr(options, "throughput_weight", 1.0))
+        with self._core.lock:
+            col = self._columns.index.get(tuple(path))
+            if col is None:
+                self._overrides[tuple(path)] = options
+            else:
+                self._core.configure(col, options.num_keep_alive_refs,
+                                     options.max_chunk_length,
+                                     getattr(options, "throughput_weight", 1.0))
 
     # ----- appending -----
 
@@ -307,13 +308,14 @@ class TrajectoryWriter(_core._WriterBase):
         DeadlineExceededError is raised afterwards.
         """
         self._check_open()
-        try:
-            done = self._core.end_episode(clear_buffers, _seconds(timeout_ms))
-        except errors.TableClosedError:
-            self._check_open()
-            raise
-        if clear_buffers:
-            self._generation += 1
+        with self._core.lock:
+            try:
+                done = self._core.end_episode(clear_buffers, _seconds(timeout_ms))
+            except errors.TableClosedError:
+                self._check_open()
+                raise
+            if clear_buffers:
+                self._generation += 1
         if not done:
             raise errors.DeadlineExceededError(
                 "End episode call did not complete within provided timeout of "

@@ -712,7 +712,7 @@ class TestItems:
         table.insert(30, 1.0)  # a new insert goes to the end
         items = table.items()
         assert items.dtype.names == (
-            "key", "priority", "times_sampled", "inserted_seq", "payload",
+            "key", "priority", "times_sampled", "inserted_seq", "has_data",
         )
         assert items["key"].tolist() == [10, 20, 30]
         assert items["priority"].tolist() == [5.0, 2.0, 1.0]
