@@ -23,16 +23,16 @@ typedef struct fr_spec {
     int64_t row_bytes;
 } fr_spec;
 
-/* Variable-length cells: strings ('U', stored as UTF-8) and bytes ('S').
- * Their spec has itemsize 0 and row_bytes 0, so numpy str_ values of any
- * width are one column kind.  Each such cell is one encoded blob
+/* Variable-length cells: strings (dtype 'S', Reverb's tf.string: byte
+ * strings, text stored as UTF-8).  Their spec has itemsize 0 and row_bytes
+ * 0, so values of any width are one column kind.  Each such cell is one encoded blob
  * (fastreplay/_strings.pxi: per element a uint32 byte length, then the
  * bytes), stored as a variable-length row of a chunk (chunk.h,
  * FR_VAR_ROWS); readers parse and bounds-check blobs, never trust them.
  * Gathers (fr_trajectory_read_column, fr_trajectories_gather) are for
  * fixed-size columns only. */
 FR_INLINE int fr_spec_is_var(const fr_spec *s) {
-    return s->dtype == 'U' || s->dtype == 'S';
+    return s->dtype == 'S';
 }
 
 /* 1 if a and b have the same dtype and shape. */

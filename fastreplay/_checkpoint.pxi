@@ -92,12 +92,12 @@ VAR_ROWS = FR_VAR_ROWS
 # Numpy kinds a column may have, with the item sizes numpy gives them.
 _COLUMN_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
                  "f": (2, 4, 8, 16), "c": (8, 16, 32),
-                 "U": (0,), "S": (0,)}  # strings, bytes: variable-length rows
+                 "S": (0,)}  # strings: variable-length rows
 
 
 def _spec_kind_ok(kind, itemsize) -> bool:
     """Whether a stored column spec's (kind, itemsize) is one fastreplay
-    writes and reads (raw bytes, or for 'U'/'S' variable-length rows that
+    writes and reads (raw bytes, or for 'S' variable-length rows that
     are parsed, never trusted): the ONE place that decides which column
     kinds a checkpoint may declare.  Object columns are never materialized
     from raw bytes."""
@@ -168,8 +168,8 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
             size *= d
         if size >= 2**40:
             raise errors.DataLossError(f"item {key}: column {ci} rows are too large")
-        # String and bytes columns live on variable-length chunks only.
-        row_bytes = FR_VAR_ROWS if kind in "US" else size
+        # String columns live on variable-length chunks only.
+        row_bytes = FR_VAR_ROWS if kind == "S" else size
         rows = 0
         for cid, offset, length in slices:
             h = chunks.get(cid)

@@ -1,59 +1,52 @@
-# String and bytes columns: encoding of appended values into cell blobs and
-# decoding of stored blobs back into numpy arrays.  Included by _core.pyx.
+# String columns: encoding of appended values into cell blobs and decoding
+# of stored blobs back into numpy arrays.  Included by _core.pyx.
 #
-# A string column has spec dtype 'U' (Python str, numpy str_, object arrays
-# of str) and a bytes column 'S' (bytes, numpy bytes_, object arrays of
-# bytes); itemsize and row_bytes are 0, so str_ values of any width are the
-# same column.  One cell of shape `shape` (N = prod(shape) elements) is one
-# blob: N little-endian uint32 byte lengths, then the N elements' bytes
-# (UTF-8 for strings, surrogates passed through).  The C core stores the
-# blobs as the variable-length rows of chunks (csrc/chunk.h, FR_VAR_ROWS),
-# chunked and compressed like fixed-size rows.  Strings are not a hot path: this runs per call in
-# Python-level Cython.  Stored blobs (a checkpoint may be hostile) are
-# parsed and bounds-checked, and only ever become str/bytes objects.
+# As in Reverb (where every one of them is a tf.string), Python str and
+# bytes, numpy str_ and bytes_ arrays of any width and object arrays of
+# str and/or bytes are ONE column kind, spec dtype 'S', whose values are
+# byte strings: str is stored as its UTF-8 (surrogates passed through), and
+# str and bytes values may share a column.  itemsize and row_bytes are 0,
+# so values of any width are the same column.  One cell of shape `shape`
+# (N = prod(shape) elements) is one blob: N little-endian uint32 byte
+# lengths, then the N elements' bytes.  Reads return numpy bytes_ arrays.
+# The C core stores the blobs as the variable-length rows of chunks
+# (csrc/chunk.h, FR_VAR_ROWS), chunked and compressed like fixed-size rows.
+# Strings are not a hot path: this runs per call in Python-level Cython.
+# Stored blobs (a checkpoint may be hostile) are parsed and bounds-checked,
+# and only ever become bytes objects.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
-_TEXT_KINDS = "USO"  # numpy kinds stored as string or bytes columns
+_TEXT_KINDS = "USO"  # numpy kinds stored as string columns
 _LENS = np.dtype("<u4")
 
 
+cdef object _utf8(object x, object path):
+    """An element of a string value as bytes (str as UTF-8)."""
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, str):
+        return x.encode("utf-8", "surrogatepass")
+    raise TypeError(f"Unsupported value for column {path}: an object array must "
+                    f"hold only str or bytes, got {type(x).__name__}")
+
+
 cdef tuple _encode_text(object v, object path):
-    """``(kind, shape, blob)`` of a str or bytes value, or of a numpy array
-    of kind 'U', 'S' or 'O' (whose objects must be all str or all bytes)."""
-    if isinstance(v, str):
-        kind, shape, items = b'U', (), [v]
-    elif isinstance(v, bytes):
-        kind, shape, items = b'S', (), [v]
+    """``(shape, blob)`` of a str or bytes value, or of a numpy array of kind
+    'U', 'S' or 'O' (whose objects must be str or bytes)."""
+    if not isinstance(v, _ndarray):  # str, bytes, or an object array's element
+        shape, items = (), [_utf8(v, path)]
     else:
         shape = tuple(v.shape)
         if len(shape) > FR_MAX_NDIM:
             raise ValueError(f"column {path}: expected at most {FR_MAX_NDIM} "
                              f"dimensions, got {len(shape)}")
-        items = v.ravel().tolist()
-        if v.dtype.kind == "U":
-            kind = b'U'
-        elif v.dtype.kind == "S":
-            kind = b'S'
-        elif all(isinstance(x, str) for x in items):
-            kind = b'U'
-        elif all(isinstance(x, bytes) for x in items):
-            kind = b'S'
-        else:
-            odd = [x for x in items if not isinstance(x, (str, bytes))]
-            raise TypeError(
-                f"Unsupported value for column {path}: an object array must hold "
-                f"only str or only bytes, got {type(odd[0]).__name__}" if odd else
-                f"Unsupported value for column {path}: an object array mixes str "
-                "and bytes")
-    if kind == b'U':
-        items = [x.encode("utf-8", "surrogatepass") for x in items]
+        items = [_utf8(x, path) for x in v.ravel().tolist()]
     lens = [len(x) for x in items]
     if lens and max(lens) > 0xFFFFFFFF:
-        raise ValueError(f"column {path}: a string or bytes element is longer "
-                         "than 4 GiB")
+        raise ValueError(f"column {path}: a string element is longer than 4 GiB")
     blob = np.array(lens, dtype=_LENS).tobytes() + b"".join(items)
-    return kind, shape, blob
+    return shape, blob
 
 
 cdef int _column_blobs(fr_trajectory *t, int32_t col, list out) except -1:
@@ -82,14 +75,13 @@ cdef int _column_blobs(fr_trajectory *t, int32_t col, list out) except -1:
 
 
 cdef object _decode_text(const fr_spec *spec, list blobs, tuple lead):
-    """The cells ``blobs`` of a string/bytes column decoded and stacked:
-    a numpy str_ ('U') or bytes_ ('S') array of shape ``lead + shape``,
-    as wide as its longest element."""
+    """The cells ``blobs`` of a string column decoded and stacked: a numpy
+    bytes_ array of shape ``lead + shape``, as wide as its longest element
+    (numpy drops trailing NULs, as it does for any bytes_ array)."""
     shape = _shape_of(spec)
     cdef Py_ssize_t n_el = 1, pos, i
     for d in shape:
         n_el *= d
-    cdef bint text = spec.dtype == b'U'
     values = []
     for blob in blobs:
         if 4 * n_el > len(blob):
@@ -99,17 +91,10 @@ cdef object _decode_text(const fr_spec *spec, list blobs, tuple lead):
         if pos + sum(lens) != len(blob):
             raise errors.DataLossError("stored string cell has inconsistent lengths")
         for i in range(n_el):
-            piece = blob[pos:pos + lens[i]]
+            values.append(blob[pos:pos + lens[i]])
             pos += lens[i]
-            if text:
-                try:
-                    piece = piece.decode("utf-8", "surrogatepass")
-                except UnicodeDecodeError as e:
-                    raise errors.DataLossError(
-                        "stored string cell is not UTF-8") from e
-            values.append(piece)
     width = max(1, max([len(x) for x in values], default=1))
-    out = np.array(values, dtype=f"{'U' if text else 'S'}{width}")
+    out = np.array(values, dtype=f"S{width}")
     return out.reshape(lead + shape)
 
 
@@ -127,11 +112,11 @@ cdef object _gather_text(fr_trajectory **ts, int64_t n, int32_t col):
     return _decode_text(first.spec, blobs, lead)
 
 
-def _decode_text_for_tests(str kind, tuple shape, list blobs):
-    """_decode_text of cells with dtype ``kind`` and ``shape`` (tests)."""
+def _decode_text_for_tests(tuple shape, list blobs):
+    """_decode_text of string cells of ``shape`` (tests)."""
     cdef fr_spec spec
     memset(&spec, 0, sizeof(spec))
-    spec.dtype = ord(kind)
+    spec.dtype = b'S'
     spec.ndim = len(shape)
     for d in range(spec.ndim):
         spec.shape[d] = shape[d]

@@ -142,8 +142,8 @@ def _handoff_cores() -> int:
 def dtype_name(dtype) -> str:
     """Reverb's name for a numpy dtype ('double', 'int64', ...)."""
     dt = np.dtype(dtype)
-    if dt.kind in _TEXT_KINDS:  # TensorFlow's name; bytes are a kind of their own
-        return "bytes" if dt.kind == "S" else "string"
+    if dt.kind in _TEXT_KINDS:  # TensorFlow's one string type
+        return "string"
     return _TF_NAMES.get(f"{dt.kind}{dt.itemsize}", dt.name)
 
 
@@ -330,7 +330,7 @@ cdef int _step_put_text(_StepArrays *s, object v, object path,
     cdef Py_buffer *view = &s.views[s.n_views]
     cdef int64_t *offs
     if not batched:
-        kind, shape, blob = _encode_text(v, path)
+        shape, blob = _encode_text(v, path)
     else:
         if not isinstance(v, _ndarray) or v.ndim < 1:
             raise ValueError(f"column {path}: expected a leading axis of "
@@ -339,20 +339,17 @@ cdef int _step_put_text(_StepArrays *s, object v, object path,
             raise ValueError(f"column {path}: leading axis {v.shape[0]} "
                              f"!= number of environments {batched}")
         rows = [_encode_text(v[e], path) for e in range(batched)]
-        kind, shape = rows[0][0], rows[0][1]
-        if any(r[0] != kind for r in rows):
-            raise TypeError(f"Unsupported value for column {path}: environments "
-                            "mix str and bytes")
+        shape = rows[0][0]
         offs = s.env_offs[i] = <int64_t *>malloc((batched + 1) * sizeof(int64_t))
         if offs == NULL:
             raise MemoryError()
         offs[0] = 0
         for e in range(batched):
-            offs[e + 1] = offs[e] + len(rows[e][2])
-        blob = b"".join([r[2] for r in rows])
+            offs[e + 1] = offs[e] + len(rows[e][1])
+        blob = b"".join([r[1] for r in rows])
     PyObject_GetBuffer(blob, view, PyBUF_SIMPLE)
     s.n_views += 1
-    spec.dtype = ord(kind)
+    spec.dtype = b'S'
     spec.itemsize = 0
     spec.ndim = len(shape)
     for d in range(spec.ndim):
@@ -976,7 +973,7 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
     text = step.text_path(names)
     if text is not None:
-        raise ValueError(f"column {text}: string and bytes columns cannot be "
+        raise ValueError(f"column {text}: string columns cannot be "
                          "inserted as rows; write them with a TrajectoryWriter")
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1

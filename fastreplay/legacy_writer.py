@@ -257,7 +257,7 @@ def _spec_shape(spec: Any) -> tuple[int | None, ...] | None:
 
 
 def _same_dtype(want: np.dtype[Any], got: np.dtype[Any]) -> bool:
-    if want.kind == "O":  # tf.string: any string or bytes column
+    if want.kind in "USO":  # tf.string (or str_/bytes_): any string column
         return got.kind in "OSU"
     return want == got
 

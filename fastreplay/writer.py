@@ -359,10 +359,10 @@ def _seconds(timeout_ms: int | None) -> float | None:
 
 def _dtype_matches(got: np.dtype[Any], want: np.dtype[Any]) -> bool:
     """Whether a column of dtype ``got`` fits a signature dtype: string
-    columns ('U', any width) fit str_ specs, bytes columns ('S') bytes_ specs,
-    and both fit object specs (``tf.string``)."""
-    if want.kind in "USO" and got.kind in "US":
-        return want.kind in (got.kind, "O")
+    columns ('S', any width) fit str_, bytes_ and object (``tf.string``)
+    specs."""
+    if want.kind in "USO" and got.kind == "S":
+        return True
     return bool(got == want)
 
 
