@@ -202,6 +202,7 @@ cdef extern from "table.h" nogil:
     void fr_table_reset(fr_table *t)
     int fr_table_can_sample(fr_table *t, int64_t n)
     int fr_table_can_insert(fr_table *t, int64_t n)
+    int fr_table_check_priority(const fr_table *t, double priority)
     int64_t fr_table_size(fr_table *t)
     void fr_table_stats_get(fr_table *t, fr_table_stats *out)
     int fr_table_restore_item(fr_table *t, uint64_t key, double priority,

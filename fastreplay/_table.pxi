@@ -469,6 +469,12 @@ cdef class TableCore:
     def can_insert(self, int64_t n) -> bool:
         return bool(fr_table_can_insert(self._t, n))
 
+    def check_priority(self, double priority) -> None:
+        """Raise InvalidPriorityError if the selectors would refuse
+        ``priority`` (what an insert would raise); changes nothing."""
+        _raise_for_status(fr_table_check_priority(self._t, priority),
+                          self._ctx(None, priority))
+
     def size(self) -> int:
         return fr_table_size(self._t)
 

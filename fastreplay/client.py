@@ -187,7 +187,8 @@ class Client:
         try:
             writer.append(data)
             step = _nest.map_structure(lambda h: h[-1:], writer.history)
-            for target in targets:
+            for target, priority in zip(targets, priorities.values()):
+                target.check_priority(priority)
                 if target.signature is not None:
                     check_step_signature(target.name, target.signature,
                                          _nest.flatten(step), 1)

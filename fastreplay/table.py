@@ -334,6 +334,11 @@ class Table:
             raise ValueError(f"num_inserts ({num_inserts}) must be >= 1")
         return bool(self._core.can_insert(num_inserts))
 
+    def check_priority(self, priority: float) -> None:
+        """Raise ``InvalidPriorityError`` if inserting with ``priority``
+        would be refused (NaN, negative or too large for a selector)."""
+        self._core.check_priority(priority)
+
     # ----- operations -----
 
     def _num_samples(self, num_samples: object) -> int:

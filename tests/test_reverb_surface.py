@@ -309,3 +309,22 @@ class TestDetachedTrajectoryColumn:
                 writer.create_item("q", 1.0, {"x": reverb.TrajectoryColumn(
                     [FakeRef(1)])})
             assert len(server.tables["q"]) == 0
+
+
+def test_insert_with_a_bad_priority_for_a_later_table_inserts_nothing() -> None:
+    # Every table's priority is checked before any item is created.
+    def table(name: str) -> reverb.Table:
+        return reverb.Table(
+            name, sampler=sel.Prioritized(0.8),
+            remover=sel.Fifo(), max_size=10,
+            rate_limiter=rl.MinSize(1))
+
+    server = reverb.Server([table("a"), table("b")])
+    client = server.localhost_client()
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(errors.InvalidPriorityError, match="table 'b'"):
+            client.insert(np.zeros(3, np.float32), {"a": 1.0, "b": bad})
+    info = client.server_info()
+    assert info["a"].current_size == 0 and info["b"].current_size == 0
+    client.insert(np.zeros(3, np.float32), {"a": 1.0, "b": 2.0})
+    assert client.server_info()["a"].current_size == 1
