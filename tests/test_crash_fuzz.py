@@ -31,7 +31,10 @@ from fastreplay.history import ColumnHistory, TrajectoryColumn, WeakCellRef
 
 warnings.simplefilter("ignore")
 np.set_printoptions(threshold=8, edgeitems=1)
-cap = 6 << 30
+# 6 GiB above what the process maps now (relative, so a sanitizer build's
+# shadow-memory reservation stays mappable).
+with open("/proc/self/statm") as f:
+    cap = int(f.read().split()[0]) * resource.getpagesize() + (6 << 30)
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 rng = random.Random(SEED)
 
