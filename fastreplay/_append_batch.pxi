@@ -1,5 +1,6 @@
 # append_batch: one step appended to each of N writers (the vector path of
-# VectorWriter, fastreplay/vector_writer.py).  Included by _core.pyx.
+# VectorTrajectoryWriter, fastreplay/vector_writer.py).  Included by
+# _core.pyx.
 # Needs: _steps.pxi (_Step, _AppendJob, _append_envs, _NOGIL_MIN_BYTES),
 # _writer.pxi (WriterCore and its lock).
 
