@@ -1,5 +1,6 @@
 # Export and restore of tables for checkpoints (fastreplay/checkpoint.py
 # writes and reads the files).  Included by _core.pyx.
+# Needs: _table.pxi (TableCore), _codec.pxi (ChunkStore).
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 

@@ -12,6 +12,8 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+_ndarray = np.ndarray  # one global lookup for the type checks of the .pxi files
+
 from fastreplay import errors
 
 from fastreplay._csrc cimport *
@@ -185,6 +187,11 @@ cdef int _run_gil_free(fr_handoff_fn fn, void *arg) noexcept:
     return rc
 
 
+def _handoff_cores() -> int:
+    """Cores the GIL hand-off counts (csrc/handoff.h), for tests."""
+    return fr_handoff_cores()
+
+
 cdef class SumTree:
     """SumTree(capacity)
 
@@ -265,10 +272,51 @@ def priority_weight(double priority, double exponent) -> float:
     return fr_priority_weight(priority, exponent)
 
 
+cdef tuple _shape_of(const fr_spec *spec):
+    return tuple([spec.shape[i] for i in range(spec.ndim)])
+
+
+# The rest of the module, one concern per file.  What the order binds:
+# Cython resolves cdef functions, classes and structs across the whole
+# module, but a DEF constant must be defined before the code using it, and
+# module-level statements run in this order at import.  Still, each file
+# comes after the files it needs (its "Needs:" line), so it reads top-down;
+# the one forward reference is WriterCore's use of TrajectoryColumn and
+# WeakCellRef (cdef classes) from _history.pxi, which needs WriterCore.
+#
+#   _outpool.pxi       pooled output buffers (_empty_output).  Needs nothing.
+#   _strings.pxi       string-column blobs (_encode_text, _decode_text,
+#                      _gather_text, _column_blobs, _TEXT_KINDS).  Needs
+#                      nothing.
+#   _table.pxi         TableCore, SampledTrajectory, _dtype_of.  Needs
+#                      _outpool, _strings.
+#   _codec.pxi         LZ4 install (LZ4_AVAILABLE, at import), ChunkStore,
+#                      _options (chunker options).  Needs nothing.
+#   _steps.pxi         a step's values as C rows (structs _StepArrays,
+#                      _StepInline, _AppendJob; DEF _STEP_INLINE,
+#                      _NOGIL_MIN_BYTES; _Step, _step_put, _append_envs),
+#                      dtype_name, _shape_str.  Needs _strings.
+#   _writer.pxi        WriterCore and _WriterLock.  Needs _strings, _table,
+#                      _codec, _steps (its DEFs must come earlier); forward:
+#                      _history.
+#   _append_batch.pxi  append_batch.  Needs _steps, _writer.
+#   _rows.pxi          insert_rows.  Needs _table, _codec, _steps.
+#   _history.pxi       WeakCellRef, TrajectoryColumn, ColumnHistory.  Needs
+#                      _writer.
+#   _trajwriter.pxi    FlattenPlan, StepReferences, _WriterBase.  Needs
+#                      _table, _writer, _history.
+#   _structured.pxi    StructuredCore, _StructuredBase.  Needs _table,
+#                      _writer, _trajwriter.
+#   _checkpoint.pxi    ChunkHandle, checkpoint export/restore.  Needs _table,
+#                      _codec.
 include "_outpool.pxi"
 include "_strings.pxi"
 include "_table.pxi"
+include "_codec.pxi"
+include "_steps.pxi"
 include "_writer.pxi"
+include "_append_batch.pxi"
+include "_rows.pxi"
 include "_history.pxi"
 include "_trajwriter.pxi"
 include "_structured.pxi"

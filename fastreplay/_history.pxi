@@ -3,6 +3,7 @@
 # TrajectoryColumn holds a column index (or a C array of them) and a C array
 # of cell ids (inline for short columns), and slicing history fills that
 # array in C: no Python object per cell.
+# Needs: _writer.pxi (WriterCore, _WriterLock).
 
 cimport cython
 from cpython.slice cimport PySlice_GetIndicesEx

@@ -1,5 +1,6 @@
 # Reused output memory for large sample_batch results.  Included by
 # _core.pyx before _table.pxi.
+# Needs: nothing from earlier includes.
 #
 # A batch of 256 Atari items is 36 MB.  Fresh from the allocator, every
 # batch faulted in and zeroed those pages again: under perf, clear_page and

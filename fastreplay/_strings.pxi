@@ -1,5 +1,6 @@
 # String columns: encoding of appended values into cell blobs and decoding
 # of stored blobs back into numpy arrays.  Included by _core.pyx.
+# Needs: nothing from earlier includes (_shape_of, _ndarray: _core.pyx).
 #
 # As in Reverb (where every one of them is a tf.string), Python str and
 # bytes, numpy str_ and bytes_ arrays of any width and object arrays of

@@ -2,6 +2,8 @@
 # a WriterCore.  One call per append: store the referenced columns, record
 # the data-condition values, evaluate every config in C.  Included by
 # _core.pyx after _trajwriter.pxi.
+# Needs: _table.pxi (TableCore), _writer.pxi (WriterCore, _WriterLock),
+# _trajwriter.pxi (FlattenPlan).
 
 LEFT_KINDS = {
     "step_index": FR_SW_STEP_INDEX,

@@ -1,5 +1,7 @@
 # TableCore: the thread-safe item table of csrc/table.h.  Included by
 # _core.pyx (it shares the status translator and timeout helper).
+# Needs: _outpool.pxi (_empty_output), _strings.pxi (_column_blobs,
+# _decode_text, _gather_text).
 
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
@@ -45,10 +47,6 @@ cdef tuple _spec_info(const fr_spec *spec):
     if info is None:
         info = _INTERNED_SPECS[<size_t>spec] = (_shape_of(spec), _dtype_of(spec))
     return info
-
-
-cdef tuple _shape_of(const fr_spec *spec):
-    return tuple([spec.shape[i] for i in range(spec.ndim)])
 
 
 _ITEMS_DTYPE = np.dtype([("key", np.uint64), ("priority", np.float64),

@@ -3,6 +3,8 @@
 # subclasses _WriterBase for everything that is not per step (construction,
 # structure bookkeeping, configure, flush, end_episode, close).  Included by
 # _core.pyx after _history.pxi.
+# Needs: _table.pxi (TableCore), _writer.pxi (WriterCore, _WriterLock),
+# _history.pxi (TrajectoryColumn, WeakCellRef).
 
 from cpython.dict cimport (
     PyDict_Check,
