@@ -173,19 +173,25 @@ int fr_chunk_finalize(fr_chunk *c, const void *rows, int32_t n_rows,
     return FR_OK;
 }
 
+/* An LZ4 length of 15 continues in bytes of 255 up to one below 255: add
+ * them to *len, reading from src[*i]; -1 if the block ends first. */
+static int extend_length(const unsigned char *src, int64_t n, int64_t *i,
+                         int64_t *len) {
+    unsigned b;
+    do {
+        if (*i >= n) return -1;
+        b = src[(*i)++];
+        *len += b;
+    } while (b == 255);
+    return 0;
+}
+
 int64_t fr_lz4_block_size(const unsigned char *src, int64_t n) {
     int64_t i = 0, out = 0;
     while (i < n) {
         unsigned token = src[i++];
         int64_t lit = token >> 4;
-        if (lit == 15) {
-            unsigned b;
-            do {
-                if (i >= n) return -1;
-                b = src[i++];
-                lit += b;
-            } while (b == 255);
-        }
+        if (lit == 15 && extend_length(src, n, &i, &lit) != 0) return -1;
         if (lit > n - i) return -1;
         i += lit;
         out += lit;
@@ -195,14 +201,7 @@ int64_t fr_lz4_block_size(const unsigned char *src, int64_t n) {
         i += 2;
         if (offset == 0 || offset > out) return -1;
         int64_t match = token & 15;
-        if (match == 15) {
-            unsigned b;
-            do {
-                if (i >= n) return -1;
-                b = src[i++];
-                match += b;
-            } while (b == 255);
-        }
+        if (match == 15 && extend_length(src, n, &i, &match) != 0) return -1;
         out += match + 4;
     }
     return -1; /* empty block, or one ending in a match */

@@ -187,7 +187,7 @@ class Client:
         try:
             writer.append(data)
             step = _nest.map_structure(lambda h: h[-1:], writer.history)
-            for target, priority in zip(targets, priorities.values()):
+            for target, priority in zip(targets, priorities.values(), strict=True):
                 target.check_priority(priority)
                 if target.signature is not None:
                     check_step_signature(target.name, target.signature,

@@ -11,5 +11,5 @@ from fastreplay.selectors import (
     Uniform,
 )
 
-__all__ = ["Fifo", "HeapSelector", "ItemSelector", "Lifo", "MaxHeap", "MinHeap", "Prioritized",
-           "Uniform"]
+__all__ = ["Fifo", "HeapSelector", "ItemSelector", "Lifo", "MaxHeap", "MinHeap",
+           "Prioritized", "Uniform"]

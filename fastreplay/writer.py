@@ -386,9 +386,10 @@ def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
         want_dtype = np.dtype(getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
         want_shape = tuple(None if d is None else int(d) for d in spec.shape)
         got_shape = column.shape
-        ok = _dtype_matches(column.dtype, want_dtype) and len(got_shape) == len(want_shape) and all(
-            w is None or w == g for w, g in zip(want_shape, got_shape, strict=False)
-        )
+        ok = (_dtype_matches(column.dtype, want_dtype)
+              and len(got_shape) == len(want_shape)
+              and all(w is None or w == g
+                      for w, g in zip(want_shape, got_shape, strict=False)))
         if not ok:
             raise ValueError(
                 f"Unable to create item in table '{table}' since the provided "

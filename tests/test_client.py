@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 from threadutil import Worker, join_workers
 
-from fastreplay import Client, ReplaySample, SampleInfo, Server, Table
-from fastreplay import errors
+from fastreplay import Client, ReplaySample, SampleInfo, Server, Table, errors
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.errors import DeadlineExceededError, TableClosedError

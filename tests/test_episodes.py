@@ -38,6 +38,12 @@ def num_episodes(client: reverb.Client) -> int:
     return client.server_info(1)[TABLE].num_episodes
 
 
+def episodes(client: reverb.Client) -> tuple[int, int]:
+    """``(num_episodes, num_deleted_episodes)`` of the table."""
+    info = client.server_info(1)[TABLE]
+    return info.num_episodes, info.num_deleted_episodes
+
+
 def num_items(client: reverb.Client) -> int:
     return client.server_info(1)[TABLE].current_size
 
@@ -109,20 +115,16 @@ def test_sampling_a_queue_deletes_episodes(client: reverb.Client) -> None:
                 writer.append({"x": t})
                 writer.create_item(TABLE, 1.0, {"x": writer.history["x"][-1]})
             writer.end_episode()
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (3, 0)
+    assert episodes(client) == (3, 0)
     # The first item of episode 0 leaves; its second item remains.
     list(client.sample(TABLE, 1, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (3, 0)
+    assert episodes(client) == (3, 0)
     # The rest of episode 0 and all of episode 1.
     list(client.sample(TABLE, 3, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (1, 2)
+    assert episodes(client) == (1, 2)
     # The total is num_episodes + num_deleted_episodes (Reverb's schema).
     client.reset(TABLE)
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (0, 0)
+    assert episodes(client) == (0, 0)
 
 
 def test_eviction_and_delete_count_deleted_episodes() -> None:
@@ -153,15 +155,12 @@ def test_items_spanning_episodes_count_each_episode(client: reverb.Client) -> No
         writer.create_item(TABLE, 1.0, {"x": writer.history["x"][-20:]})
         writer.create_item(TABLE, 1.0, {"x": writer.history["x"][-2:]})
         writer.flush()
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (20, 0)
+    assert episodes(client) == (20, 0)
     # The 20-episode item leaves.
     list(client.sample(TABLE, 1, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (2, 18)
+    assert episodes(client) == (2, 18)
     list(client.sample(TABLE, 1, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (0, 20)
+    assert episodes(client) == (0, 20)
 
 
 def test_interleaved_episodes_in_one_item(client: reverb.Client) -> None:
@@ -176,8 +175,7 @@ def test_interleaved_episodes_in_one_item(client: reverb.Client) -> None:
         writer.flush()
     assert num_episodes(client) == 2
     list(client.sample(TABLE, 1, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (0, 2)
+    assert episodes(client) == (0, 2)
 
 
 def test_legacy_writer_and_insert_are_one_episode_each(
@@ -221,10 +219,8 @@ def test_checkpoint_keeps_episode_counts(tmp_path) -> None:
 
     restored = make()
     client = restored.localhost_client()
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (3, 1)
+    assert episodes(client) == (3, 1)
     # The restored items still count.
     list(client.sample(TABLE, 3, emit_timesteps=False))
-    info = client.server_info(1)[TABLE]
-    assert (info.num_episodes, info.num_deleted_episodes) == (0, 4)
+    assert episodes(client) == (0, 4)
     restored.stop()

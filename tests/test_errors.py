@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from fastreplay import Server, Table, TrajectoryWriter, _core, errors
@@ -22,8 +21,10 @@ from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.replay_buffer import ReplayBuffer
 
-SAMPLE_TIMEOUT = "Rate Limiter: Timeout exceeded before the right to sample was acquired."
-INSERT_TIMEOUT = "Rate Limiter: Timeout exceeded before the right to insert was acquired."
+SAMPLE_TIMEOUT = ("Rate Limiter: Timeout exceeded before the right to sample "
+                  "was acquired.")
+INSERT_TIMEOUT = ("Rate Limiter: Timeout exceeded before the right to insert "
+                  "was acquired.")
 
 
 def uniform(name: str = "t", max_size: int = 100) -> Table:
@@ -54,7 +55,8 @@ def test_every_error_is_a_reverb_error(name: str) -> None:
     (errors.DataLossError, RuntimeError),
     (errors.InternalError, RuntimeError),
 ])
-def test_errors_inherit_the_builtin_reverb_users_catch(cls: type, builtin: type) -> None:
+def test_errors_inherit_the_builtin_reverb_users_catch(cls: type,
+                                                      builtin: type) -> None:
     assert issubclass(cls, builtin)
 
 
@@ -127,7 +129,8 @@ def test_sample_timeout_says_sample_and_names_the_table() -> None:
 def test_sample_batch_timeout_says_sample() -> None:
     server = Server([uniform("empty")])
     try:
-        with pytest.raises(errors.DeadlineExceededError, match="right to sample") as info:
+        with pytest.raises(errors.DeadlineExceededError,
+                           match="right to sample") as info:
             server.localhost_client().sample_batch("empty", 4, timeout=0.01)
         assert "table 'empty'" in str(info.value)
     finally:
@@ -160,7 +163,8 @@ def test_item_dropped_by_a_closed_table_fails_the_next_flush_once() -> None:
         writer.create_item("q", 1.0, {"x": writer.history["x"][-1:]})
     writer.flush(block_until_num_items=1)
     table.close()
-    with pytest.raises(errors.TableClosedError, match="Table 'q' was closed before item"):
+    with pytest.raises(errors.TableClosedError,
+                       match="Table 'q' was closed before item"):
         writer.flush(timeout_ms=20_000)
     # Reported once; the writer goes on with its other tables.
     writer.append({"x": 2})

@@ -87,7 +87,7 @@ def test_numpy_arrays_of_several_shapes(server, shape) -> None:
     raw = [np.array([w.encode() for w in s.ravel()], dtype=bytes).reshape(shape)
            for s in steps]
     with client.trajectory_writer(4) as w:
-        for s, r in zip(steps, raw):
+        for s, r in zip(steps, raw, strict=True):
             w.append({"s": s, "r": r, "x": np.float32(1)})
         w.create_item("q", 1.0, {"s": w.history["s"][:], "r": w.history["r"][:],
                                  "x": w.history["x"][:]})
@@ -214,7 +214,7 @@ def test_repetitive_strings_compress_across_rows(server) -> None:
     w = reverb.TrajectoryWriter(server.tables, 50, chunk_store=store,
                                 chunker_options=reverb.ConstantChunkerOptions(50, 50))
     instruction = "pick up the red block and put it in the bowl"
-    for i in range(50):
+    for _ in range(50):
         w.append({"instruction": instruction})
     w.create_item("t", 1.0, w.history["instruction"][:])
     w.flush()

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 
 import pytest
+from _reference import ReferenceTable
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -35,7 +36,6 @@ from hypothesis.stateful import (
 import fastreplay
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
-from _reference import ReferenceTable
 from fastreplay.errors import DeadlineExceededError, InvalidPriorityError
 
 # ----- configuration space -----
