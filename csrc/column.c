@@ -187,7 +187,7 @@ int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
         fr_chunk_release(c->open);
         return rc;
     }
-    memcpy(c->buf + c->var_len, blob, (size_t)len);
+    if (len > 0) memcpy(c->buf + c->var_len, blob, (size_t)len); /* buf may be NULL */
     c->var_len += len;
     c->var_offs[++c->buf_rows] = c->var_len;
     c->open_last_step = step;
