@@ -219,7 +219,8 @@ int fr_chunk_finalize_var(fr_chunk *c, const int64_t *offsets, const void *paylo
         return FR_ENOMEM;
     }
     memcpy(data, offsets, (size_t)head);
-    memcpy(data + head, z ? (const void *)z : payload, (size_t)packed);
+    if (packed > 0) /* an all-empty payload may be NULL */
+        memcpy(data + head, z ? (const void *)z : payload, (size_t)packed);
     c->compressed = z != NULL;
     free(z);
     publish(c, data, n_rows, head + packed, first_step, last_step);

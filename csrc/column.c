@@ -240,8 +240,8 @@ int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch) {
         if (cell->chunk != c->open &&
             fr_chunk_var_data(cell->chunk, scratch, &offs, &payload) != FR_OK)
             return FR_ECORRUPT;
-        memcpy(dst, payload + offs[cell->offset],
-               (size_t)(offs[cell->offset + 1] - offs[cell->offset]));
+        int64_t n = offs[cell->offset + 1] - offs[cell->offset];
+        if (n > 0) memcpy(dst, payload + offs[cell->offset], (size_t)n);
         return FR_OK;
     }
     if (cell->chunk == c->open) {
