@@ -9,22 +9,18 @@ int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
     return len < 1 ? 1 : (int32_t)len;
 }
 
-/* Column c's rows cut into chunks of len[c] rows: chunks[c][k] holds rows
- * [k * len[c], (k + 1) * len[c]). */
-static int make_chunks(fr_store *store, const fr_spec *spec, const void *rows,
-                       int64_t n_rows, int32_t len, uint64_t *next_key,
-                       fr_chunk **out) {
-    const unsigned char *src = rows;
-    int compress = fr_should_compress(spec);
-    for (int64_t k = 0, r = 0; r < n_rows; k++, r += len) {
-        int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
-        out[k] = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
-        if (!out[k]) return FR_ENOMEM;
-        int rc = fr_chunk_finalize(out[k], src + r * spec->row_bytes, n, r,
-                                   r + n - 1, compress);
-        if (rc != FR_OK) return rc;
-    }
-    return FR_OK;
+/* The chunk of rows [r, r + len) of a column (fewer at the end of the
+ * batch), with the next chunk key. */
+static fr_chunk *make_chunk(fr_store *store, const fr_spec *spec, const void *rows,
+                            int64_t n_rows, int64_t r, int32_t len,
+                            uint64_t *next_key, int *rc) {
+    int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
+    fr_chunk *c = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
+    *rc = FR_ENOMEM;
+    if (!c) return NULL;
+    *rc = fr_chunk_finalize(c, (const unsigned char *)rows + r * spec->row_bytes, n, r,
+                            r + n - 1, fr_should_compress(spec));
+    return c;
 }
 
 int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
@@ -56,12 +52,18 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
         n_chunks = (n_rows + lens[c] - 1) / lens[c];
         if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
         if (!(chunks[c] = calloc((size_t)n_chunks, sizeof **chunks))) goto out;
-        rc = make_chunks(store, &specs[c], cols[c], n_rows, lens[c], &chunk_key,
-                         chunks[c]);
-        if (rc != FR_OK) goto out;
     }
-    rc = FR_ENOMEM;
+    /* Row by row, each row's new chunks and then its trajectory, so that
+     * what one sampled item reads lies together in memory as after `add`
+     * (column by column, sample_batch of image rows was ~15% slower). */
     for (int64_t r = 0; r < n_rows; r++) {
+        for (int32_t c = 0; c < n_cols; c++) {
+            if (r % lens[c] != 0) continue;
+            fr_chunk **at = &chunks[c][r / lens[c]];
+            *at = make_chunk(store, &specs[c], cols[c], n_rows, r, lens[c], &chunk_key, &rc);
+            if (rc != FR_OK) goto out;
+        }
+        rc = FR_ENOMEM;
         fr_trajectory *tr = fr_trajectory_new(n_cols, n_cols);
         if (!tr) goto out;
         for (int32_t c = 0; c < n_cols; c++) {

@@ -78,6 +78,7 @@ fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices) {
     fr_trajectory *t = calloc(1, size);
     if (!t) return NULL;
     atomic_init(&t->refs, 1);
+    atomic_init(&t->scratch_bytes, -1);
     t->n_columns = n_columns;
     t->columns = (fr_traj_column *)(t + 1);
     t->slices = (fr_slice *)(t->columns + n_columns);
@@ -148,12 +149,20 @@ int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
 }
 
 int64_t fr_trajectory_scratch_bytes(const fr_trajectory *t) {
-    int64_t most = 0;
+    int64_t most = atomic_load_explicit(&t->scratch_bytes, memory_order_relaxed);
+    if (most >= 0) return most;
+    int ready = 1;
+    most = 0;
     for (int32_t i = 0; i < t->n_slices; i++) {
         const fr_chunk *c = t->slices[i].chunk;
+        ready &= atomic_load_explicit(&c->ready, memory_order_acquire);
         int64_t n = c->compressed ? (int64_t)c->n_rows * c->row_bytes : 0;
         if (n > most) most = n;
     }
+    /* Ready chunks never change, so every thread computes the same value. */
+    if (ready)
+        atomic_store_explicit(&((fr_trajectory *)t)->scratch_bytes, most,
+                              memory_order_relaxed);
     return most;
 }
 
@@ -234,13 +243,23 @@ int fr_trajectories_check(fr_trajectory *const *ts, int64_t n, int64_t *scratch,
     return FR_OK;
 }
 
-/* Prefetch the first rows of column col of t when they are stored raw. */
+/* Prefetch the first rows of column col of t: the rows when they are
+ * stored raw, the start of the LZ4 block when compressed. */
 static inline void prefetch_rows(const fr_trajectory *t, int32_t col) {
     const fr_traj_column *c = &t->columns[col];
     if (c->n_slices <= 0) return;
     const fr_slice *s = &t->slices[c->first_slice];
     if (!s->chunk->compressed)
         __builtin_prefetch(s->chunk->data + (int64_t)s->offset * s->chunk->row_bytes);
+    else
+        __builtin_prefetch(s->chunk->data);
+}
+
+/* Prefetch the chunk record of column col's first slice of t, which
+ * prefetch_rows reads AHEAD items later. */
+static inline void prefetch_chunk(const fr_trajectory *t, int32_t col) {
+    const fr_traj_column *c = &t->columns[col];
+    if (c->n_slices > 0) __builtin_prefetch(t->slices[c->first_slice].chunk);
 }
 
 /* The common case of fr_trajectories_gather: every slice of the column is
@@ -272,6 +291,7 @@ static int gather_raw(fr_trajectory *const *ts, int64_t n, int32_t col,
             if (b == n) break;
         }
         if (c->n_slices > BATCH) return 0;
+        if (b + AHEAD < n) prefetch_chunk(ts[b + AHEAD], col);
         unsigned char *at = out + b * stride;
         for (int32_t i = 0; i < c->n_slices; i++) {
             const fr_slice *sl = &ts[b]->slices[c->first_slice + i];
@@ -291,8 +311,16 @@ int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
     unsigned char *base = out;
     if (gather_raw(ts, n, col, base, item_stride)) return FR_OK;
     enum { AHEAD = 8 }; /* rows are random reads: keep several in flight */
+    /* Three dependent random reads per item, each prefetched AHEAD items
+     * before the next one needs it: the item's record (with its columns and
+     * slices), its chunk's record, then the chunk's data.  The decoding in
+     * between evicts the records, so every column's pass misses on them. */
+    for (int64_t b = 0; b < n && b < 3 * AHEAD; b++) __builtin_prefetch(ts[b]);
+    for (int64_t b = 0; b < n && b < 2 * AHEAD; b++) prefetch_chunk(ts[b], col);
     for (int64_t b = 0; b < n && b < AHEAD; b++) prefetch_rows(ts[b], col);
     for (int64_t b = 0; b < n; b++) {
+        if (b + 3 * AHEAD < n) __builtin_prefetch(ts[b + 3 * AHEAD]);
+        if (b + 2 * AHEAD < n) prefetch_chunk(ts[b + 2 * AHEAD], col);
         if (b + AHEAD < n) prefetch_rows(ts[b + AHEAD], col);
         const fr_traj_column *c = &ts[b]->columns[col];
         unsigned char *dst = base + b * item_stride;
