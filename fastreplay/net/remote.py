@@ -375,7 +375,7 @@ class Outbox:
                 forget.append(key)
             return ({"table": table, "items": records, "chunks": new,
                      "forget": forget, "structures": list(sids.items()),
-                     "timeout": timeout}, blobs)
+                     "timeout": timeout}, [b"".join(blobs)])  # one send
 
         self._backend.call("insert", {}, timeout=timeout, build=build)
 
