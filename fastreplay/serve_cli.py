@@ -282,7 +282,8 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if conf.get("checkpoint_dir"):
         try:
             checkpointer = DefaultCheckpointer(conf["checkpoint_dir"])
-            restoring = checkpointer.latest()
+            latest = checkpointer.latest()
+            restoring = os.path.abspath(latest) if latest else None
         except OSError as exc:
             print(f"fastreplay serve: error: cannot use checkpoint directory "
                   f"{conf['checkpoint_dir']}: {exc}", file=sys.stderr)
@@ -309,9 +310,10 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             items = sum(t.info.current_size for t in server.tables.values())
             _say(f"restored {items} items from {restoring}")
         host = str(getattr(server, "host", None) or host)
-        _say(f"listening on {host}:{server.port} "
-             f"(tables: {', '.join(t.name for t in specs)})")
-        _serve_until_signal(server, conf.get("stats_every"))
+        with _StopSignals() as stop:
+            _say(f"listening on {host}:{server.port} "
+                 f"(tables: {', '.join(t.name for t in specs)})")
+            _serve_until(stop, server, conf.get("stats_every"))
         if conf.get("checkpoint_on_exit"):
             _say("writing a checkpoint (Ctrl-C again to exit without it)")
             path = server.localhost_client().checkpoint()
@@ -322,38 +324,46 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _serve_until_signal(server: Any, stats_every: float | None) -> None:
-    """Sleep until SIGINT or SIGTERM (printing stats lines meanwhile); then
-    put back the previous handlers, so a second Ctrl-C interrupts."""
-    received: list[int] = []
+class _StopSignals:
+    """While entered, SIGINT and SIGTERM (main thread only) are recorded
+    instead of interrupting; on exit the previous handlers come back, so a
+    second Ctrl-C interrupts whatever follows."""
 
-    def on_signal(signum: int, frame: Any) -> None:
-        received.append(signum)
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
 
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {}
-    if main_thread:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        last = (time.monotonic(), _counters(server))
-        while not received:
-            time.sleep(0.05)
-            now = time.monotonic()
-            if stats_every and now - last[0] >= stats_every:
-                counters = _counters(server)
-                for name, (size, max_size, inserts, samples) in counters.items():
-                    dt = now - last[0]
-                    _, _, inserts0, samples0 = last[1].get(name, (0, 0, 0, 0))
-                    _say(f"{name}: size {size}/{max_size}, "
-                         f"{(inserts - inserts0) / dt:.1f} inserts/s, "
-                         f"{(samples - samples0) / dt:.1f} samples/s")
-                last = (now, counters)
-    finally:
-        for sig, handler in previous.items():
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-    name = signal.Signals(received[0]).name
-    _say(f"{name} received, stopping")
+
+
+def _serve_until(stop: _StopSignals, server: Any,
+                 stats_every: float | None) -> None:
+    """Sleep until a signal arrives, printing stats lines meanwhile."""
+    last = (time.monotonic(), _counters(server))
+    while not stop.received:
+        time.sleep(0.05)
+        now = time.monotonic()
+        if stats_every and now - last[0] >= stats_every:
+            counters = _counters(server)
+            for name, (size, max_size, inserts, samples) in counters.items():
+                dt = now - last[0]
+                _, _, inserts0, samples0 = last[1].get(name, (0, 0, 0, 0))
+                _say(f"{name}: size {size}/{max_size}, "
+                     f"{(inserts - inserts0) / dt:.1f} inserts/s, "
+                     f"{(samples - samples0) / dt:.1f} samples/s")
+            last = (now, counters)
+    _say(f"{signal.Signals(stop.received[0]).name} received, stopping")
 
 
 def _counters(server: Any) -> dict[str, tuple[int, int, int, int]]:
