@@ -162,6 +162,9 @@ def add_parsers(sub: Any) -> None:
                        metavar="SECONDS",
                        help="give up reaching the server after SECONDS "
                             "(default: 5)")
+    stats.add_argument("--token",
+                       help="the server's shared token (default: "
+                            "$FASTREPLAY_TOKEN)")
     stats.add_argument("--json", action="store_true",
                        help="print one JSON object per poll")
     stats.add_argument("--interval", type=_number(float, "--interval"),
@@ -288,14 +291,12 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(f"fastreplay serve: error: cannot use checkpoint directory "
                   f"{conf['checkpoint_dir']}: {exc}", file=sys.stderr)
             return 1
-    kwargs: dict[str, Any] = {}
-    for key in ("host", "token"):  # else the Server reads FASTREPLAY_HOST/_TOKEN
-        if conf.get(key) is not None:
-            kwargs[key] = conf[key]
     host = conf.get("host") or os.environ.get("FASTREPLAY_HOST") or "127.0.0.1"
     try:
+        # host and token None: the Server reads FASTREPLAY_HOST/_TOKEN.
         server = Server([spec.build() for spec in specs], port=conf["port"],
-                        checkpointer=checkpointer, **kwargs)
+                        checkpointer=checkpointer, host=conf.get("host"),
+                        token=conf.get("token"))
     except OSError as exc:
         print(f"fastreplay serve: error: cannot listen on {host}:{conf['port']}: "
               f"{exc}", file=sys.stderr)
@@ -309,14 +310,13 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if restoring:
             items = sum(t.info.current_size for t in server.tables.values())
             _say(f"restored {items} items from {restoring}")
-        host = str(getattr(server, "host", None) or host)
         with _StopSignals() as stop:
-            _say(f"listening on {host}:{server.port} "
+            _say(f"listening on {server.host}:{server.port} "
                  f"(tables: {', '.join(t.name for t in specs)})")
             _serve_until(stop, server, conf.get("stats_every"))
         if conf.get("checkpoint_on_exit"):
             _say("writing a checkpoint (Ctrl-C again to exit without it)")
-            path = server.localhost_client().checkpoint()
+            path = server.checkpoint()
             _say(f"checkpoint written to {path}")
     finally:
         server.stop()
@@ -449,11 +449,15 @@ def run_stats(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                client = client or Client(args.address)
+                client = client or Client(args.address, token=args.token)
                 infos = client.server_info(timeout=args.timeout)
             except (errors.ReverbError, OSError) as exc:
+                reason = str(exc)
+                cause = exc.__cause__ or exc.__context__  # e.g. a refused token
+                if cause is not None and str(cause) not in reason:
+                    reason += f" ({cause})"
                 print(f"fastreplay stats: error: cannot reach a fastreplay "
-                      f"server at {args.address}: {exc}", file=sys.stderr)
+                      f"server at {args.address}: {reason}", file=sys.stderr)
                 return 1
             now = time.monotonic()
             rows = [_table_row(info) for info in infos.values()]

@@ -6,6 +6,7 @@ file starts is killed in a ``finally``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -505,3 +506,96 @@ def test_serve_from_a_config_file(serve: type[ServeProcess],
     server = serve("--config", "server.json", "--table", "name=a")
     server.wait_for(r"listening on 127\.0\.0\.1:\d+ \(tables: b, c, a\)$")
     assert server.stop() == 0
+
+
+# ----- clients in this (another) process -----
+
+@contextlib.contextmanager
+def remote_client(address: str) -> Iterator[fastreplay.Client]:
+    """A Client of a server process, its sockets closed on exit (not left
+    to the garbage collector: ResourceWarning is an error here)."""
+    client = fastreplay.Client(address)
+    try:
+        yield client
+    finally:
+        close = getattr(client, "close", None) or client._backend.close
+        close()
+
+
+def _stats(*args: str, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fastreplay", "stats", *args],
+                          env={**_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=WAIT)
+
+
+def test_clients_in_other_processes_reach_the_served_tables(
+        serve: type[ServeProcess]) -> None:
+    server = serve("--port", "0", "--table", SPEC,
+                   "--table", "name=queue,rate_limiter=queue:10",
+                   "--stats-every", "0.2")
+    address = server.listening()
+    with remote_client(address) as client:
+        infos = client.server_info(timeout=WAIT)
+        _insert(client, "replay", 5)
+        info, data = client.sample_batch("replay", 4, timeout=WAIT)
+    assert sorted(infos) == ["queue", "replay"]
+    assert infos["replay"].max_size == 100 and infos["queue"].max_size == 10
+    assert describe_selector(infos["replay"].sampler_options) == "prioritized:0.6"
+    # The server's own stats lines see the inserts.
+    server.wait_for(r"^fastreplay serve: replay: size 5/100, ")
+    assert data[0].shape == (4, 1, 3)
+    np.testing.assert_array_equal(data[0][:, 0, 0], info.priority - 1)
+    # `fastreplay stats` from a third process.
+    out = _stats(address, "--timeout", str(WAIT))
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert rows["replay"][1:5] == ["5/100", "5", "4", "5"]
+    assert rows["queue"][1] == "0/10"
+    out = _stats(address, "--json", "--interval", "0.05", "--count", "2")
+    assert out.returncode == 0, out.stderr
+    polls = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [p["tables"][0]["num_inserts"] for p in polls] == [5, 5]
+    assert server.stop() == 0, server.stderr()
+    # The server is gone: stats says so and exits 1.
+    out = _stats(address, "--timeout", "0.5")
+    assert out.returncode == 1
+    assert out.stderr.startswith("fastreplay stats: error: cannot reach")
+    assert "Traceback" not in out.stderr
+
+
+def test_checkpoint_on_exit_restores_client_items_in_a_new_server_process(
+        serve: type[ServeProcess], tmp_path: Path) -> None:
+    args = ("--port", "0", "--table", SPEC, "--checkpoint-dir", "ckpt",
+            "--checkpoint-on-exit")
+    first = serve(*args)
+    with remote_client(first.listening()) as client:
+        _insert(client, "replay", 6)
+    assert first.stop() == 0, first.stderr()
+    first.wait_for(r"^fastreplay serve: checkpoint written to ")
+    second = serve(*args)
+    second.wait_for(r"^fastreplay serve: restored 6 items from ")
+    with remote_client(second.listening()) as client:
+        assert client.server_info(timeout=WAIT)["replay"].current_size == 6
+        info, data = client.sample_batch("replay", 6, timeout=WAIT)
+    np.testing.assert_array_equal(data[0][:, 0, 0], info.priority - 1)
+    assert second.stop(signal.SIGTERM) == 0, second.stderr()
+
+
+def test_serve_with_a_token_refuses_clients_without_it(
+        serve: type[ServeProcess]) -> None:
+    server = serve("--port", "0", "--host", "127.0.0.1", "--token", "s3cret",
+                   "--table", "name=a")
+    address = server.listening()
+    out = _stats(address, "--timeout", "2")
+    assert out.returncode == 1
+    assert out.stderr.startswith("fastreplay stats: error: cannot reach")
+    assert "wrong or missing token" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _stats(address, "--token", "s3cret", "--timeout", str(WAIT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2].split()[:2] == ["a", "0/1,000,000"]
+    out = _stats(address, "--timeout", str(WAIT),
+                 env={"FASTREPLAY_TOKEN": "s3cret"})
+    assert out.returncode == 0, out.stderr
+    assert server.stop() == 0, server.stderr()
