@@ -379,16 +379,17 @@ def _counters(server: Any) -> dict[str, tuple[int, int, int, int]]:
 
 def _table_row(info: Any) -> dict[str, Any]:
     limiter = info.rate_limiter_info
+    sampler = describe_selector(info.sampler_options)
     return {
         "name": info.name, "current_size": info.current_size,
         "max_size": info.max_size, "num_inserts": info.num_inserts,
         "num_samples": info.num_samples, "num_episodes": info.num_episodes,
         "num_deletes": info.num_deletes,
         "max_times_sampled": info.max_times_sampled,
-        "sampler": describe_selector(info.sampler_options),
+        "sampler": sampler,
         "remover": describe_selector(info.remover_options),
         "rate_limiter": {
-            "description": describe_rate_limiter(limiter),
+            "description": describe_rate_limiter(limiter, sampler),
             "samples_per_insert": limiter.samples_per_insert,
             "min_size_to_sample": limiter.min_size_to_sample,
             "min_diff": limiter.min_diff, "max_diff": limiter.max_diff,

@@ -242,12 +242,18 @@ def describe_selector(options: KeyDistributionOptions) -> str:
     return which or "unknown"
 
 
-def describe_rate_limiter(info: RateLimiterInfo) -> str:
-    """A rate limiter in spec syntax where the parameters tell which one
-    (``min_size:1000``), else its parameters."""
+def describe_rate_limiter(info: RateLimiterInfo, sampler: str = "") -> str:
+    """A rate limiter in spec syntax where the parameters (and, for a queue
+    or a stack, the ``sampler``: fifo or lifo) tell which one
+    (``min_size:1000``, ``queue:10``), else its parameters."""
     if (info.samples_per_insert == 1 and info.min_diff <= -1e300
             and info.max_diff >= 1e300):
         return f"min_size:{info.min_size_to_sample}"
+    queue = {"fifo": "queue", "lifo": "stack"}.get(sampler)
+    if (queue and info.samples_per_insert == 1 and info.min_size_to_sample == 1
+            and info.min_diff == 0 and info.max_diff >= 1
+            and info.max_diff == int(info.max_diff)):
+        return f"{queue}:{int(info.max_diff)}"
     return (f"samples_per_insert={_g(info.samples_per_insert)} "
             f"min_size={info.min_size_to_sample} "
             f"diff=[{_g(info.min_diff)}, {_g(info.max_diff)}]")

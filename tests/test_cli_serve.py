@@ -80,6 +80,18 @@ def test_every_rate_limiter(limiter: str, described: str) -> None:
     assert describe_rate_limiter(table.info.rate_limiter_info) == described
 
 
+@pytest.mark.parametrize("spec, described", [
+    ("rate_limiter=queue:10", "queue:10"), ("rate_limiter=stack:3", "stack:3"),
+    ("rate_limiter=queue:10,sampler=uniform",
+     "samples_per_insert=1 min_size=1 diff=[0, 10]"),
+])
+def test_queue_and_stack_are_described_by_their_sampler(spec: str,
+                                                        described: str) -> None:
+    info = parse_table_spec(f"name=t,{spec}").build().info
+    assert describe_rate_limiter(
+        info.rate_limiter_info, describe_selector(info.sampler_options)) == described
+
+
 def test_queue_and_stack_default_to_reverb_queue_and_stack() -> None:
     assert parse_table_spec("name=q,rate_limiter=queue:10") == TableSpec(
         "q", "fifo", "fifo", 10, 1, "queue:10")
@@ -291,8 +303,8 @@ def test_stats_prints_every_table(capsys: pytest.CaptureFixture[str]) -> None:
                               "sampler", "remover", "rate", "limiter"]
     assert out[2].split() == ["replay", "5/100", "5", "3", "5",
                               "prioritized:0.6", "fifo", "min_size:2"]
-    assert out[3].split()[:8] == ["queue", "0/10", "0", "0", "0", "fifo",
-                                  "fifo", "samples_per_insert=1"]
+    assert out[3].split() == ["queue", "0/10", "0", "0", "0", "fifo", "fifo",
+                              "queue:10"]
 
 
 def test_stats_json_with_rates_between_polls(
