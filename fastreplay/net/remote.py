@@ -328,44 +328,33 @@ class Outbox:
         with self._send_lock:
             for name, table in self._staging.items():
                 while len(table):
-                    items, chunks = table.export_items()
-                    for lo in range(0, len(items), FRAME_ITEMS):
-                        part = items[lo:lo + FRAME_ITEMS]
-                        # Taken as a queue's consumer: the oldest items leave
-                        # and the queue's rate limiter lets writers go on.
-                        taken = table.sample(len(part), timeout=0).key
-                        if taken.tolist() != [it[0] for it in part]:
-                            raise errors.InternalError(
-                                f"staging queue '{name}' changed while it was sent")
-                        self._ship(name, part, chunks, timeout)
+                    items, columns, slices, specs, handles = table.export_records(
+                        FRAME_ITEMS)
+                    # Taken as a queue's consumer: the oldest items leave and
+                    # the queue's rate limiter lets the writers go on.
+                    taken = table.sample(len(items), timeout=0).key
+                    if not np.array_equal(taken, items["key"]):
+                        raise errors.InternalError(
+                            f"staging queue '{name}' changed while it was sent")
+                    self._ship(name, (items, columns, slices), specs, handles,
+                               timeout)
 
-    def _ship(self, table: str, items: list[Any], handles: dict[int, Any],
-              timeout: float | None) -> None:
-        metas = {cid: h.meta for cid, h in handles.items()}
-        records = []
-        sids: dict[int, Any] = {}
-        for key, priority, _, columns, sid in items:
-            cols = [[list(spec), squeeze, [[metas[c]["key"], o, n] for c, o, n in sl]]
-                    for spec, squeeze, sl in columns]
-            records.append([key, priority, cols, sid])
-            if sid not in sids:
-                from fastreplay import _structures
+    def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
+              handles: list[Any], timeout: float | None) -> None:
+        from fastreplay import _structures
 
-                sids[sid] = _structures.to_json(sid)
-        used = {metas[c]["key"]: c for _, _, _, columns, _ in items
-                for _, _, sl in columns for c, _, _ in sl}
+        structures = [[int(s), _structures.to_json(int(s))]
+                      for s in np.unique(records[0]["structure"])]
+        used = {h.key for h in handles}
 
-        def build(conn: _Conn) -> tuple[dict[str, Any], list[bytes]]:
-            new, blobs, at = [], [], 0
-            for key, cid in used.items():
-                if key in conn.chunks:
-                    conn.chunks.move_to_end(key)
-                    continue
-                data = handles[cid].data()
-                new.append({**metas[cid], "at": at})
-                blobs.append(data)
-                at += len(data)
-                conn.chunks[key] = None
+        def build(conn: _Conn) -> tuple[dict[str, Any], list[Any]]:
+            new = []
+            for h in handles:
+                if h.key in conn.chunks:
+                    conn.chunks.move_to_end(h.key)
+                else:
+                    new.append(h)
+                    conn.chunks[h.key] = None
             forget = []
             while len(conn.chunks) > KEEP_CHUNKS:
                 key = next(iter(conn.chunks))
@@ -373,9 +362,12 @@ class Outbox:
                     break
                 del conn.chunks[key]
                 forget.append(key)
-            return ({"table": table, "items": records, "chunks": new,
-                     "forget": forget, "structures": list(sids.items()),
-                     "timeout": timeout}, [b"".join(blobs)])  # one send
+            chunk_records, data = _core.pack_chunks(new)
+            arrays = [*records, chunk_records, np.asarray(forget, dtype=np.uint64)]
+            descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
+            at = sum(b.nbytes for b in bufs)
+            return ({"table": table, "records": descs, "data": [at, len(data)],
+                     "specs": specs, "structures": structures, "timeout": timeout},
+                    [*bufs, data])
 
         self._backend.call("insert", {}, timeout=timeout, build=build)
-
