@@ -314,14 +314,19 @@ def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             _say(f"listening on {server.host}:{server.port} "
                  f"(tables: {', '.join(t.name for t in specs)})")
             _serve_until(stop, server, conf.get("stats_every"))
+        code = 0
         if conf.get("checkpoint_on_exit"):
             _say("writing a checkpoint (Ctrl-C again to exit without it)")
-            path = server.checkpoint()
-            _say(f"checkpoint written to {path}")
+            try:
+                _say(f"checkpoint written to {server.checkpoint()}")
+            except (OSError, errors.ReverbError) as exc:
+                print(f"fastreplay serve: error: the checkpoint failed: {exc}",
+                      file=sys.stderr)
+                code = 1
     finally:
         server.stop()
     _say("stopped")
-    return 0
+    return code
 
 
 class _StopSignals:

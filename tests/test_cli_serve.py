@@ -611,3 +611,16 @@ def test_serve_with_a_token_refuses_clients_without_it(
                  env={"FASTREPLAY_TOKEN": "s3cret"})
     assert out.returncode == 0, out.stderr
     assert server.stop() == 0, server.stderr()
+
+
+def test_serve_reports_a_failed_checkpoint_on_exit(
+        serve: type[ServeProcess], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    server = serve("--port", "0", "--table", "name=a", "--checkpoint-dir",
+                   str(ckpt), "--checkpoint-on-exit")
+    server.listening()
+    ckpt.write_text("a file where the checkpoint directory should be")
+    assert server.stop() == 1
+    assert "fastreplay serve: error: the checkpoint failed: " in server.stderr()
+    assert "Traceback" not in server.stderr()
+    server.wait_for(r"^fastreplay serve: stopped$")
