@@ -40,6 +40,9 @@ STAGING_ITEMS = 16_384
 #: Chunks a connection asks the server to keep (least recently used first
 #: forgotten; a forgotten chunk is sent again if an item needs it).
 KEEP_CHUNKS = 8_192
+#: Deferred calls (priority updates) a connection sends before it reads
+#: their replies: few enough that the replies never fill a socket buffer.
+MAX_OWED = 32
 #: Items per insert frame at most.
 FRAME_ITEMS = 4_096
 _BUILTIN_ERRORS = {e.__name__: e for e in (
@@ -67,12 +70,34 @@ def _error_from(msg: dict[str, Any]) -> BaseException:
     return errors.InternalError(f"{name}: {text}")
 
 
+def _check_priorities(table: str, p: np.ndarray) -> None:
+    """Priorities are checked before a deferred update leaves (the server
+    checks them again)."""
+    ok = np.isfinite(p) & (p >= 0)
+    if not ok.all():
+        raise errors.InvalidPriorityError(
+            f"table '{table}': priority {float(p[~ok][0])!r} must be finite and >= 0")
+
+
 class _Conn:
     """One connection and the chunks the server keeps for it."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.owed = 0  # replies of deferred calls not read yet
+
+    def settle(self) -> None:
+        """Read the replies owed for deferred calls; raise the first error
+        among them (after reading them all)."""
+        first: BaseException | None = None
+        while self.owed:
+            kind, msg, _ = wire.recv_frame(self.sock)
+            self.owed -= 1
+            if kind == wire.KIND_ERROR and first is None:
+                first = _error_from(msg)
+        if first is not None:
+            raise first
 
     def close(self) -> None:
         try:
@@ -149,18 +174,28 @@ class RemoteBackend:
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
-             build: Any = None) -> tuple[Any, bytearray]:
-        """``(result, blob)`` of call ``op``; reconnects within the window.
-        ``build(conn)`` makes ``(args, blobs)`` per attempt when given."""
+             build: Any = None, defer: bool = False) -> tuple[Any, bytearray]:
+        """``(result, blob)`` of call ``op``; reconnects within the window
+        (counted from the first failure).  ``build(conn)`` makes ``(args,
+        blobs)`` per attempt when given.  A ``defer``red call returns at
+        once: its reply is read before the next call of this thread (or
+        after MAX_OWED such calls), which raises its error if it failed."""
         deadline = time.monotonic() + self._window
+        failed = False
         while True:
             conn = self._conn(deadline)
             if build is not None:
                 args, blobs = build(conn)
             try:
                 conn.sock.settimeout(None if timeout is None else timeout + 10.0)
+                conn.settle()
                 wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
                                 blobs)
+                if defer:
+                    conn.owed += 1
+                    if conn.owed >= MAX_OWED:
+                        conn.settle()
+                    return None, bytearray()
                 kind, msg, blob = wire.recv_frame(conn.sock)
             except TimeoutError:
                 self._drop(conn)
@@ -169,7 +204,12 @@ class RemoteBackend:
                     f"{timeout} s") from None
             except (OSError, wire.FrameError):
                 self._drop(conn)
-                deadline = time.monotonic() + self._window
+                if not failed:  # the window starts at the first failure
+                    failed, deadline = True, time.monotonic() + self._window
+                elif time.monotonic() > deadline:
+                    raise errors.UnavailableError(
+                        f"No fastreplay server at {self._host}:{self._port}: the "
+                        f"connection kept failing for {self._window:g} s") from None
                 continue  # the server went away: reconnect and try again
             if kind == wire.KIND_ERROR:
                 exc = _error_from(msg)
@@ -261,8 +301,9 @@ class RemoteBackend:
         keys = np.fromiter(updates.keys(), np.uint64, len(updates))
         prios = np.fromiter(updates.values(), np.float64, len(updates))
         dels = np.asarray(list(deletes or ()), dtype=np.uint64)
+        _check_priorities(table, prios)
         descs, bufs = wire.pack_arrays([keys, prios, dels])
-        self.call("mutate", {"table": table, "arrays": descs}, bufs)
+        self.call("mutate", {"table": table, "arrays": descs}, bufs, defer=True)
 
     def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
         k = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
@@ -270,8 +311,9 @@ class RemoteBackend:
         if len(k) != len(p):
             raise ValueError(f"keys and priorities differ in length ({len(k)} != "
                              f"{len(p)})")
+        _check_priorities(table, p)
         descs, bufs = wire.pack_arrays([k, p])
-        self.call("update", {"table": table, "arrays": descs}, bufs)
+        self.call("update", {"table": table, "arrays": descs}, bufs, defer=True)
 
     def reset(self, table: str) -> None:
         self.call("reset", {"table": table})

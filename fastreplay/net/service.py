@@ -197,7 +197,8 @@ class Service:
             mapped = {}
             for local, obj in args["structures"]:
                 structure = structure_from_json(obj)
-                mapped[local] = 0 if structure is None else _structures.intern(structure)
+                mapped[local] = (0 if structure is None
+                                 else _structures.intern(structure))
             local_ids, inverse = np.unique(items["structure"], return_inverse=True)
             if any(int(s) not in mapped for s in local_ids):
                 raise _ProtocolError("an item names a structure the frame lacks")
