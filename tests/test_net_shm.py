@@ -56,7 +56,8 @@ def address():
 
 
 def _leftovers() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith(f"fastreplay-{os.getpid()}-")}
+    mine = f"fastreplay-{os.getpid()}-"
+    return {n for n in os.listdir("/dev/shm") if n.startswith(mine)}
 
 
 def test_large_batches_come_through_shared_memory_and_match(address) -> None:
