@@ -54,7 +54,7 @@ SHM_KEEP = 3
 _LOOPBACK = ("127.0.0.1", "::1")
 _counter = itertools.count()
 #: Items per insert frame at most.
-FRAME_ITEMS = 4_096
+FRAME_ITEMS = 2_048
 _BUILTIN_ERRORS = {e.__name__: e for e in (
     ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
     MemoryError, TimeoutError)}
@@ -237,6 +237,20 @@ class RemoteBackend:
                     self._drop(conn)  # the server closed this connection
                 raise exc
             return msg.get("result"), blob
+
+    def settle(self) -> None:
+        """Wait for the replies this thread's deferred calls still owe;
+        raise the first error among them."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        try:
+            conn.settle()
+        except (OSError, wire.FrameError):
+            self._drop(conn)
+            raise errors.UnavailableError(
+                f"fastreplay server at {self._host}:{self._port} went away before "
+                "confirming the items sent") from None
 
     def __del__(self) -> None:
         try:
@@ -458,7 +472,7 @@ class Outbox:
             for name, table in self._staging.items():
                 while len(table):
                     items, columns, slices, specs, handles = table.export_records(
-                        FRAME_ITEMS)
+                        STAGING_ITEMS)
                     # Taken as a queue's consumer: the oldest items leave and
                     # the queue's rate limiter lets the writers go on.
                     taken = table.sample(len(items), timeout=0).key
@@ -470,6 +484,25 @@ class Outbox:
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
               handles: list[Any], timeout: float | None) -> None:
+        """Send the exported items in frames of FRAME_ITEMS without waiting
+        between them (the server works on one while the next travels), then
+        wait for every reply."""
+        items, columns, slices = records
+        by_key = {h.key: h for h in handles}
+        col_end = np.cumsum(items["n_columns"])
+        slice_end = np.cumsum(columns["n_slices"])
+        for lo in range(0, len(items), FRAME_ITEMS):
+            hi = min(lo + FRAME_ITEMS, len(items))
+            c0, c1 = (int(col_end[lo - 1]) if lo else 0), int(col_end[hi - 1])
+            s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
+            part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
+            used = [by_key[k] for k in np.unique(part[2]["chunk"]).tolist()]
+            self._ship_part(table, part, specs, used, timeout)
+        self._backend.settle()
+
+    def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
+                   specs: list[Any], handles: list[Any], timeout: float | None
+                   ) -> None:
         from fastreplay import _structures
 
         structures = [[int(s), _structures.to_json(int(s))]
@@ -499,4 +532,4 @@ class Outbox:
                      "specs": specs, "structures": structures, "timeout": timeout},
                     [*bufs, data])
 
-        self._backend.call("insert", {}, timeout=timeout, build=build)
+        self._backend.call("insert", {}, timeout=timeout, build=build, defer=True)
