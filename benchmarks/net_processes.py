@@ -33,7 +33,8 @@ Workloads (a round runs ``--seconds`` of calls; medians of ``--rounds``):
 * learner, Atari: a ``Uniform`` table of length-5 items over ``--atari-steps``
   steps ``{"observation": uint8[84, 84, 4]}`` (``fastreplay.bench.workloads.
   atari_frames(64)``, cycled; one item per step), 256 items (36 MB) a batch,
-  the same calls as above, remote and in process.
+  the same calls as above, remote and in process.  fastreplay's
+  ``client.dataset(table, 256)`` (prefetching threads) is timed too.
 * priorities: 256 keys of the small table (from one sample) get new
   priorities each call: fastreplay ``update_priorities`` and
   ``mutate_priorities``, dm-reverb ``mutate_priorities``; calls/s.
@@ -208,8 +209,9 @@ class RvServer:
 class Actor:
     """An actor process: one trajectory writer, rounds of ``_write_round``."""
 
-    def __init__(self, lib: str, address: str, seed: int, **_: Any) -> None:
-        self.client = _connect(lib, address)
+    def __init__(self, lib: str, address: str, seed: int, connect: int,
+                 **_: Any) -> None:
+        self.client = _connect(lib, address, connect)
         self.writer = self.client.trajectory_writer(num_keep_alive_refs=1)
         self.steps, self.start = _small_steps(seed), 0
         self.info = {"pid": os.getpid()}
@@ -226,9 +228,9 @@ class Actor:
 class Learner:
     """A learner process: sampling and priority updates over the network."""
 
-    def __init__(self, lib: str, address: str, **_: Any) -> None:
+    def __init__(self, lib: str, address: str, connect: int, **_: Any) -> None:
         self.lib, self.address = lib, address
-        self.client = _connect(lib, address)
+        self.client = _connect(lib, address, connect)
         self.datasets: dict[tuple[str, int], Iterator[Any]] = {}
         self.info = {"pid": os.getpid()}
 
@@ -286,8 +288,8 @@ class Learner:
         self.datasets.clear()
 
 
-def _connect(lib: str, address: str) -> Any:
-    """A client of ``lib`` connected to ``address`` (fails within 30 s)."""
+def _connect(lib: str, address: str, timeout: int) -> Any:
+    """A client of ``lib`` connected to ``address`` (fails within ``timeout`` s)."""
     if lib == "fastreplay":
         import fastreplay
 
@@ -296,7 +298,7 @@ def _connect(lib: str, address: str) -> Any:
         import reverb
 
         client = reverb.Client(address)
-    client.server_info(timeout=30)
+    client.server_info(timeout=timeout)
     return client
 
 
@@ -355,7 +357,11 @@ class Proc:
                 bufsize=1, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.info = self.recv(timeout)
+        try:
+            self.info = self.recv(timeout)
+        except BaseException:
+            self.close()
+            raise
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
@@ -458,7 +464,8 @@ class Bench:
         try:
             for i in range(max(a.actors)):
                 actors.append(self.start("actor", f"actor{i}", t, lib=self.lib,
-                                         address=address, seed=i))
+                                         address=address, seed=i,
+                                         connect=int(t / 2)))
             for n in a.actors:
                 outs: list[list[dict[str, Any]]] = []
 
@@ -479,7 +486,8 @@ class Bench:
 
     def learner(self, server: Proc, address: str) -> None:
         a, sec, t = self.args, self.args.seconds, self.args.timeout
-        learner = self.start("learner", "learner", t, lib=self.lib, address=address)
+        learner = self.start("learner", "learner", t, lib=self.lib, address=address,
+                             connect=int(t / 2))
         try:
             for op, table in (("sample", SMALL), ("dataset", SMALL),
                               ("sample", ATARI), ("dataset", ATARI)):
@@ -565,8 +573,8 @@ def main() -> None:
                     help="bound on a server's start and fill")
     ap.add_argument("--max-seconds", type=float, default=1200.0,
                     help="every worker exits by itself after this long")
-    ap.add_argument("--fr-dataset", action="store_true",
-                    help="also time fastreplay's client.dataset")
+    ap.add_argument("--no-fr-dataset", dest="fr_dataset", action="store_false",
+                    help="skip fastreplay's client.dataset")
     ap.add_argument("--quick", action="store_true",
                     help="tiny tables, 1 round of 0.3 s, actors 1 and 2")
     ap.add_argument("--json", help="write the medians to this file")
