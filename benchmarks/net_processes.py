@@ -250,6 +250,7 @@ class Learner:
     def dataset(self, table: str, batch: int, seconds: float) -> dict[str, Any]:
         it = self.datasets.get((table, batch))
         if it is None:
+            self.datasets.clear()  # one dataset at a time: no stray prefetching
             if self.lib == "fastreplay":
                 it = iter(self.client.dataset(table, batch, timeout=10.0))
             else:
