@@ -265,6 +265,7 @@ class Learner:
 
     def priorities(self, table: str, batch: int, how: str,
                    seconds: float) -> dict[str, Any]:
+        self.datasets.clear()
         client, rng = self.client, np.random.default_rng(0)
         if self.lib == "fastreplay":
             keys = client.sample_batch(table, batch, timeout=10.0)[0].key
