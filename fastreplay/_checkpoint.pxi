@@ -138,25 +138,24 @@ def restore_chunk(ChunkStore store not None, dict meta, bytes data) -> ChunkHand
     return ChunkHandle.adopt(c)
 
 
-def restore_item(TableCore table not None, uint64_t key, double priority,
-                 int64_t times_sampled,
-                 columns, dict chunks, int32_t structure_id=0) -> None:
-    """Add a checkpointed item (see export_items) without touching the rate
-    limiter.  Chunk ids refer to ``chunks`` (id -> ChunkHandle); ``columns``
-    None restores an item without data.  Every spec, slice and length is
-    checked before the trajectory is allocated (DataLossError)."""
-    cdef int rc
-    if columns is None:
-        rc = fr_table_restore_item(table._t, key, priority, times_sampled, 0)
-        if rc != FR_OK:
-            _raise_for_status(rc, table._ctx(key, priority), None if rc != FR_EINVAL
-                              else "duplicate key or table full")
-        return
+cdef fr_trajectory *_build_trajectory(uint64_t key, columns, dict chunks,
+                                      int32_t structure_id) except NULL:
+    """A new trajectory (one reference) over ``columns`` of slices into
+    ``chunks`` (id -> ChunkHandle), as export_items describes them.  Every
+    spec, slice and length is checked before it is allocated
+    (DataLossError): checkpoints and network peers are not trusted."""
     cdef Py_ssize_t n_slices = 0
     cdef ChunkHandle h
     cdef int64_t row_bytes, rows
-    for ci, (spec, squeeze, slices) in enumerate(columns):
-        kind, itemsize, shape = spec
+    if type(columns) is not list and type(columns) is not tuple:
+        raise errors.DataLossError(f"item {key}: columns are not a list")
+    for ci, column in enumerate(columns):
+        try:
+            spec, squeeze, slices = column
+            kind, itemsize, shape = spec
+            shape = tuple(shape)
+        except (TypeError, ValueError):
+            raise errors.DataLossError(f"item {key}: column {ci} is malformed") from None
         if not _spec_kind_ok(kind, itemsize):
             raise errors.DataLossError(f"item {key}: column {ci} has unsupported "
                                        f"kind {kind!r} of {itemsize!r} bytes")
@@ -172,11 +171,17 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
         # String columns live on variable-length chunks only.
         row_bytes = FR_VAR_ROWS if kind == "S" else size
         rows = 0
-        for cid, offset, length in slices:
+        for sl in slices:
+            try:
+                cid, offset, length = sl
+            except (TypeError, ValueError):
+                raise errors.DataLossError(
+                    f"item {key}: column {ci} has a malformed slice") from None
             h = chunks.get(cid)
             if h is None:
                 raise errors.DataLossError(f"item {key}: unknown chunk {cid}")
-            if (offset < 0 or length < 1 or offset + length > h._c.n_rows or
+            if (type(offset) is not int or type(length) is not int or offset < 0 or
+                    length < 1 or offset + length > h._c.n_rows or
                     h._c.row_bytes != row_bytes):
                 raise errors.DataLossError(
                     f"item {key}: slice ({offset}, {length}) does not fit "
@@ -199,7 +204,7 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
         for spec, squeeze, slices in columns:
             kind, itemsize, shape = spec
             c = &t.columns[ci2]
-            c.squeeze = squeeze
+            c.squeeze = bool(squeeze)
             memset(&sp, 0, sizeof(sp))
             sp.dtype = ord(kind)
             sp.itemsize = itemsize
@@ -218,12 +223,83 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
     except BaseException:
         fr_trajectory_release(t)
         raise
+    return t
+
+
+def restore_item(TableCore table not None, uint64_t key, double priority,
+                 int64_t times_sampled,
+                 columns, dict chunks, int32_t structure_id=0) -> None:
+    """Add a checkpointed item (see export_items) without touching the rate
+    limiter.  Chunk ids refer to ``chunks`` (id -> ChunkHandle); ``columns``
+    None restores an item without data.  Every spec, slice and length is
+    checked before the trajectory is allocated (DataLossError)."""
+    cdef int rc
+    if columns is None:
+        rc = fr_table_restore_item(table._t, key, priority, times_sampled, 0)
+        if rc != FR_OK:
+            _raise_for_status(rc, table._ctx(key, priority), None if rc != FR_EINVAL
+                              else "duplicate key or table full")
+        return
+    cdef fr_trajectory *t = _build_trajectory(key, columns, chunks, structure_id)
     rc = fr_table_restore_item(table._t, key, priority, times_sampled,
                                <uint64_t><size_t>t)
     if rc != FR_OK:
         fr_trajectory_release(t)
         _raise_for_status(rc, table._ctx(key, priority), None if rc != FR_EINVAL
                           else "duplicate key or table full")
+
+
+def insert_items(TableCore table not None, list items, dict chunks,
+                 timeout=None) -> int:
+    """Insert items sent by another process, in order, through the rate
+    limiter (waiting up to ``timeout``); returns how many were inserted.
+
+    ``items`` are ``(key, priority, columns, structure_id)`` with columns as
+    export_items gives them and chunk ids into ``chunks`` (id ->
+    ChunkHandle).  Every priority and every item is checked before anything
+    is inserted (ValueError / DataLossError), so a bad frame inserts
+    nothing; a timeout part-way keeps the inserted prefix whole."""
+    cdef Py_ssize_t n = len(items), i, built = 0
+    if n == 0:
+        return 0
+    keys = np.empty(n, dtype=np.uint64)
+    prios = np.empty(n, dtype=np.float64)
+    trajs = np.zeros(n, dtype=np.uint64)
+    cdef uint64_t[::1] kv = keys
+    cdef double[::1] pv = prios
+    cdef uint64_t[::1] yv = trajs
+    cdef int rc
+    cdef int64_t tns = _timeout_ns(timeout)
+    cdef int64_t done = 0, bad = -1
+    try:
+        for i in range(n):
+            key, priority, columns, sid = items[i]
+            if type(key) is not int or not 0 <= key < 2**64:
+                raise errors.DataLossError(f"item {i}: bad key {key!r}")
+            if type(priority) is not float and type(priority) is not int:
+                raise errors.DataLossError(f"item {key}: bad priority {priority!r}")
+            if type(sid) is not int or not -2**31 <= sid < 2**31:
+                raise errors.DataLossError(f"item {key}: bad structure id")
+            kv[i], pv[i] = key, priority
+            rc = fr_table_check_priority(table._t, pv[i])
+            if rc != FR_OK:
+                _raise_for_status(rc, table._ctx(key, priority))
+        for i in range(n):
+            key, priority, columns, sid = items[i]
+            yv[i] = <uint64_t><size_t>_build_trajectory(key, columns, chunks, sid)
+            built = i + 1
+        with nogil:
+            rc = fr_table_insert_many(table._t, n, &kv[0], &pv[0], &yv[0], tns,
+                                      &done, &bad)
+        if rc != FR_OK:
+            if bad >= 0:
+                _raise_for_status(rc, table._ctx(kv[bad], pv[bad]))
+            _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
+        return done
+    finally:
+        # Items not inserted still own their trajectory.
+        for i in range(done, built):
+            fr_trajectory_release(<fr_trajectory *><size_t>yv[i])
 
 
 def restore_counters(TableCore table not None, int64_t inserts, int64_t samples,

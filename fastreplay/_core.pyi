@@ -53,6 +53,12 @@ def restore_item(
     chunks: dict[int, ChunkHandle],
     structure_id: int = 0,
 ) -> None: ...
+def insert_items(
+    table: TableCore,
+    items: list[Any],
+    chunks: dict[int, ChunkHandle],
+    timeout: float | None = None,
+) -> int: ...
 def restore_counters(
     table: TableCore, inserts: int, samples: int, deletes: int, stats: dict[str, Any]
 ) -> None: ...

@@ -1,12 +1,13 @@
-"""``Client``: Reverb's client API over servers of this process.
+"""``Client``: Reverb's client API over a fastreplay ``Server``.
 
-``Client('localhost:PORT')`` resolves to the ``Server`` of this process that
-reserved that port; the calls then go straight to its tables (no
-serialization).  As in Reverb the client connects lazily: constructing it
-never fails for a well-formed address, and the first call finds the server
-(``server_info(timeout=...)`` waits for it up to the timeout).  fastreplay
-adds ``sample_batch`` (stacked numpy arrays, gathered in C without the GIL)
-and ``dataset`` (a prefetching iterator).
+``Client('host:PORT')`` resolves to the ``Server`` of this process that
+listens on that port when there is one: the calls then go straight to its
+tables (no serialization).  Otherwise it talks to the server over the
+network (``fastreplay.net``): another process of this machine or another
+machine.  As in Reverb the client connects lazily: constructing it never
+fails for a well-formed address.  fastreplay adds ``sample_batch`` (stacked
+numpy arrays, gathered in C without the GIL) and ``dataset`` (a prefetching
+iterator).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _nest, _structures, errors, structured_writer
+from fastreplay import _nest, errors, structured_writer
+from fastreplay.backends import Backend, LocalBackend
 from fastreplay.legacy_writer import Writer, check_step_signature
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
-from fastreplay.server import Server, lookup
-from fastreplay.table import Table, TableInfo
+from fastreplay.server import lookup
+from fastreplay.table import TableInfo
 from fastreplay.writer import TrajectoryWriter
 
 __all__ = ["Client", "Writer"]
@@ -34,26 +36,9 @@ _LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0", "")
 def _parse(address: str) -> tuple[str, int]:
     """(host, port) of a 'host:port' address; ValueError when malformed."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"server address must be 'host:port', got {address!r}")
     return host, int(port)
-
-
-def _lookup(address: str) -> Server:
-    """The server of this process at ``address``; UnavailableError if none."""
-    host, port = _parse(address)
-    if host not in _LOCAL_HOSTS:
-        raise errors.UnavailableError(
-            f"No fastreplay server at {address}: only servers of this process "
-            "(localhost) can be reached; a network transport is not available yet"
-        )
-    server = lookup(port)
-    if server is None:
-        raise errors.UnavailableError(
-            f"No fastreplay server at {address} in this process (is it started, "
-            "or already stopped?)"
-        )
-    return server
 
 
 class Client:
@@ -62,8 +47,14 @@ class Client:
     Parameters
     ----------
     server_address : str
-        ``'localhost:PORT'`` of a server of this process.  The server need not
-        exist yet: calls fail with UnavailableError until it does.
+        ``'host:PORT'`` of a server of this process, of another process or
+        of another machine.  The server need not exist yet.
+    reconnect_window : float, optional
+        Seconds a call to a server of another process keeps reconnecting
+        when the server is unreachable before raising UnavailableError
+        (``FASTREPLAY_RECONNECT_WINDOW``, default 10).
+    token : str, optional
+        The server's shared token (``FASTREPLAY_TOKEN`` by default).
 
     Raises
     ------
@@ -71,21 +62,33 @@ class Client:
         A malformed address (not ``'host:port'``).
     """
 
-    def __init__(self, server_address: str) -> None:
-        _parse(server_address)
+    def __init__(self, server_address: str, *, reconnect_window: float | None = None,
+                 token: str | None = None) -> None:
+        self._host, self._port = _parse(server_address)
         self._server_address = server_address
-        self._server_found: Server | None = None
-        try:
-            self._server_found = _lookup(server_address)
-        except errors.UnavailableError:
-            pass  # connect lazily, like Reverb
+        self._reconnect_window = reconnect_window
+        self._token = token
+        self._backend_lock = threading.Lock()
+        self._backend_found: Backend | None = None
 
     @property
-    def _server(self) -> Server:
-        server = self._server_found
-        if server is None:
-            server = self._server_found = _lookup(self._server_address)
-        return server
+    def _backend(self) -> Backend:
+        backend = self._backend_found
+        if backend is None:
+            with self._backend_lock:
+                if self._backend_found is None:
+                    server = lookup(self._port) if self._host in _LOCAL_HOSTS else None
+                    if server is not None:
+                        self._backend_found = LocalBackend(server)
+                    else:
+                        from fastreplay.net.remote import RemoteBackend
+
+                        self._backend_found = RemoteBackend(
+                            self._host, self._port,
+                            reconnect_window=self._reconnect_window,
+                            token=self._token)
+                backend = self._backend_found
+        return backend
 
     @property
     def server_address(self) -> str:
@@ -97,15 +100,6 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(server_address={self._server_address!r})"
 
-    def _table(self, name: str) -> Table:
-        table = self._server._tables.get(name)
-        if table is None:
-            raise ValueError(
-                f'Could not find table "{name}". The following tables exists: '
-                f"{', '.join(sorted(self._server._tables))}"
-            )
-        return table
-
     # ----- writing -----
 
     def trajectory_writer(self, num_keep_alive_refs: int, *,
@@ -116,9 +110,10 @@ class Client:
                 f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive "
                 "integer"
             )
-        return TrajectoryWriter(self._server._tables, num_keep_alive_refs,
+        tables, store, sink = self._backend.staging()
+        return TrajectoryWriter(tables, num_keep_alive_refs,
                                 validate_items=validate_items,
-                                chunk_store=self._server.chunk_store)
+                                chunk_store=store, sink=sink)
 
     def structured_writer(self, configs: Sequence[structured_writer.Config]
                           ) -> structured_writer.StructuredWriter:
@@ -128,8 +123,9 @@ class Client:
         Raises ValueError for no configs or an invalid one."""
         if not configs:
             raise ValueError("At least one config must be provided.")
-        return structured_writer.StructuredWriter(
-            self._server._tables, configs, chunk_store=self._server.chunk_store)
+        tables, store, sink = self._backend.staging()
+        return structured_writer.StructuredWriter(tables, configs, chunk_store=store,
+                                                  sink=sink)
 
     def writer(self, max_sequence_length: int, delta_encoded: bool = False,
                chunk_length: int | None = None,
@@ -162,9 +158,9 @@ class Client:
         if max_in_flight_items < 1:
             raise ValueError(f"max_in_flight_items ({max_in_flight_items}) must be "
                              "a positive integer")
-        server = self._server
-        return Writer(server._tables, max_sequence_length, chunk_length,
-                      max_in_flight_items, chunk_store=server.chunk_store)
+        tables, store, sink = self._backend.staging()
+        return Writer(tables, max_sequence_length, chunk_length,
+                      max_in_flight_items, chunk_store=store, sink=sink)
 
     def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
         """Insert ``data`` (a nest of one step) as one item into each table
@@ -177,13 +173,18 @@ class Client:
         """
         if not priorities:
             raise ValueError("priorities must contain at least one item")
-        targets = [self._table(name) for name in priorities]
-        server = self._server
+        tables, store, sink = self._backend.staging()
+        for name in priorities:
+            if name not in tables:
+                raise ValueError(
+                    f'Could not find table "{name}". The following tables exists: '
+                    f"{', '.join(sorted(tables))}")
+        targets = [tables[name] for name in priorities]
         # The legacy writer's rules without its per-call overhead: one step,
         # each signature checked against it (or the length-1 trajectory),
         # every table checked before any item is created.
-        writer = TrajectoryWriter(server._tables, 1, validate_items=False,
-                                  chunk_store=server.chunk_store)
+        writer = TrajectoryWriter(tables, 1, validate_items=False,
+                                  chunk_store=store, sink=sink)
         try:
             writer.append(data)
             step = _nest.map_structure(lambda h: h[-1:], writer.history)
@@ -209,13 +210,14 @@ class Client:
         per timestep; otherwise one ``ReplaySample`` whose data is the flat
         list of the item's columns (or the table signature's nest).
         """
-        target = self._table(table)
+        backend = self._backend
+        info = backend.table_info(table)
         if num_samples < 1:
             raise ValueError(f"num_samples ({num_samples}) must be a positive integer")
         # Without a signature, flat data is returned (as Reverb does).
-        signature = target.signature if unpack_as_table_signature else None
+        signature = info.signature if unpack_as_table_signature else None
         for _ in range(num_samples):
-            (sample,) = target.sample_items(1)
+            (sample,) = backend.sample_items(table, 1)
             if emit_timesteps:
                 steps = _split_timesteps(sample)
                 if signature is not None:
@@ -239,13 +241,9 @@ class Client:
         ``[B, T, ...]`` arrays (``[B, ...]`` for squeezed columns).  A timeout
         after at least one sample returns a shorter batch.
         """
-        target = self._table(table)
-        keys, probs, prios, times, sizes, columns, _, sid = (
-            target._core.sample_batch(target._num_samples(batch_size), timeout))
-        info = SampleInfoBatch(keys, probs, sizes, prios, times)
+        info, columns, structure = self._backend.sample_batch(table, batch_size,
+                                                              timeout)
         # The items' own nest (every item carries its structure id).
-        structure = target.signature if target.signature is not None \
-            else _structures.get(sid)
         if structure is not None and len(_nest.flatten(structure)) == len(columns):
             return info, _nest.unflatten_as(structure, columns)
         return info, columns
@@ -254,7 +252,7 @@ class Client:
                 num_workers: int = 1, timeout: float | None = None
                 ) -> SampleDataset:
         """Iterator of ``sample_batch`` results filled by background threads."""
-        self._table(table)
+        self._backend.table_info(table)
         return SampleDataset(self, table, batch_size, prefetch, num_workers, timeout)
 
     # ----- priorities and tables -----
@@ -263,16 +261,16 @@ class Client:
                           updates: Mapping[int, float] | None = None,
                           deletes: Iterable[int] | None = None) -> None:
         """Delete keys, then update priorities (unknown keys are ignored)."""
-        self._table(table).mutate_priorities(updates, deletes)
+        self._backend.mutate_priorities(table, updates, deletes)
 
     def update_priorities(self, table: str, keys: npt.ArrayLike,
                           priorities: npt.ArrayLike) -> None:
         """Vectorised priority update (unknown keys are ignored)."""
-        self._table(table).update_priorities(keys, priorities)
+        self._backend.update_priorities(table, keys, priorities)
 
     def reset(self, table: str) -> None:
         """Delete every item of ``table`` and reset its rate limiter."""
-        self._table(table).reset()
+        self._backend.reset(table)
 
     def server_info(self, timeout: float | None = None) -> dict[str, TableInfo]:
         """TableInfo of every table, by name.
@@ -285,27 +283,36 @@ class Client:
         DeadlineExceededError
             No server at the address within ``timeout``.
         UnavailableError
-            No server at the address (without a timeout).
+            No server at the address (without a timeout: after the
+            reconnect window).
         """
-        if self._server_found is None and timeout:
+        if timeout and self._host in _LOCAL_HOSTS and self._backend_found is None:
+            # A server of this process may still be starting.
             deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    self._server_found = _lookup(self._server_address)
+            while lookup(self._port) is None and time.monotonic() < deadline:
+                if _port_open(self._port):
                     break
-                except errors.UnavailableError:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise errors.DeadlineExceededError(
-                            "ServerInfo call did not complete within provided "
-                            f"timeout of {timeout}s") from None
-                    time.sleep(min(0.02, left))
-        return {name: t.info for name, t in self._server._tables.items()}
+                time.sleep(0.02)
+            if lookup(self._port) is None and not _port_open(self._port):
+                raise errors.DeadlineExceededError(
+                    "ServerInfo call did not complete within provided "
+                    f"timeout of {timeout}s")
+        return self._backend.info(timeout)
 
     def checkpoint(self) -> str:
         """Write every table to the server's checkpointer; returns the path."""
-        return str(self._server._checkpointer_for_save().save(
-            self._server._tables, self._server.chunk_store))
+        return self._backend.checkpoint()
+
+
+def _port_open(port: int) -> bool:
+    """Whether something listens on loopback ``port``."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:

@@ -58,13 +58,14 @@ class Writer:
 
     def __init__(self, tables: dict[str, Table], max_sequence_length: int,
                  chunk_length: int, max_in_flight_items: int, *,
-                 chunk_store: _core.ChunkStore | None = None) -> None:
+                 chunk_store: _core.ChunkStore | None = None,
+                 sink: Any = None) -> None:
         self._max_sequence_length = int(max_sequence_length)
         self._chunk_length = int(chunk_length)
         self._max_in_flight_items = int(max_in_flight_items)
         self._writer = TrajectoryWriter(
             tables, self._max_sequence_length, validate_items=False,
-            chunk_store=chunk_store,
+            chunk_store=chunk_store, sink=sink,
             chunker_options=ConstantChunkerOptions(self._chunk_length,
                                                    self._max_sequence_length))
         self._tables = tables

@@ -1,14 +1,15 @@
 """``Server``: holds tables in this process (Reverb's ``reverb.Server``).
 
-A server reserves a TCP port on localhost, so Reverb code that connects with
-``Client(f'localhost:{server.port}')`` works unchanged: an address that names
-a server of this process resolves to it directly, with no serialization.  (A
-network transport for clients in other processes will live behind the same
-address.)
+A server listens on a TCP port (loopback unless ``host=`` or
+``FASTREPLAY_HOST`` says otherwise), so Reverb code that connects with
+``Client(f'localhost:{server.port}')`` works unchanged: in this process the
+address resolves to the server directly, with no serialization; from other
+processes and machines calls go over the port (``fastreplay.net``).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import weakref
@@ -27,10 +28,12 @@ _SERVERS: weakref.WeakValueDictionary[int, Server] = weakref.WeakValueDictionary
 _LOCK = threading.Lock()
 
 
-def _reserve_port(port: int | None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _reserve_port(host: str, port: int | None) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.bind(("127.0.0.1", port or 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port or 0))
     except OSError:
         sock.close()
         raise
@@ -51,11 +54,18 @@ class Server:
     tables : iterable of Table
         At least one, with distinct names.
     port : int, optional
-        Port to reserve on localhost; a free one is picked when None.
+        Port to listen on; a free one is picked when None.
     checkpointer : CheckpointerBase, optional
         Where ``client.checkpoint()`` writes, and from where this server
         restores its tables at start-up (a temporary directory is used for
         checkpoints when None).
+    host : str, optional
+        Interface to listen on: ``FASTREPLAY_HOST`` or else ``127.0.0.1``
+        (loopback: other processes of this machine only).  ``'0.0.0.0'``
+        accepts other machines.
+    token : str, optional
+        A shared secret clients must present (``FASTREPLAY_TOKEN`` by
+        default); connections without it are refused.
 
     Raises
     ------
@@ -64,7 +74,8 @@ class Server:
     """
 
     def __init__(self, tables: Iterable[Table], port: int | None = None,
-                 checkpointer: Any = None) -> None:
+                 checkpointer: Any = None, host: str | None = None,
+                 token: str | None = None) -> None:
         tables = list(tables)
         if not tables:
             raise ValueError("At least one table must be provided")
@@ -79,15 +90,25 @@ class Server:
         self._checkpointer = checkpointer
         if checkpointer is not None:
             checkpointer.restore(self._tables, self._store)
-        self._socket = _reserve_port(port)
+        self._host = host or os.environ.get("FASTREPLAY_HOST") or "127.0.0.1"
+        if token is None:
+            token = os.environ.get("FASTREPLAY_TOKEN") or None
+        self._socket = _reserve_port(self._host, port)
         self._port = int(self._socket.getsockname()[1])
         self._stopped = threading.Event()
         with _LOCK:
             _SERVERS[self._port] = self
+        from fastreplay.net.service import Service
+
+        self._service = Service(self, self._socket, token)
 
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def host(self) -> str:
+        return self._host
 
     @property
     def tables(self) -> dict[str, Table]:
@@ -111,6 +132,10 @@ class Server:
             self._checkpointer = TempDirCheckpointer()
         return self._checkpointer
 
+    def checkpoint(self) -> str:
+        """Write every table to the checkpointer; returns the path."""
+        return str(self._checkpointer_for_save().save(self._tables, self._store))
+
     def localhost_client(self) -> Client:
         from fastreplay.client import Client
 
@@ -127,7 +152,7 @@ class Server:
                 del _SERVERS[self._port]
         for table in self._tables.values():
             table.close()
-        self._socket.close()
+        self._service.close()
 
     def wait(self) -> None:
         """Block until ``stop`` is called (Ctrl-C raises KeyboardInterrupt)."""

@@ -40,7 +40,7 @@ from fastreplay._structured_config import (
     with_buffer_length_condition,
 )
 from fastreplay.table import Table
-from fastreplay.writer import DEFAULT_STORE, _seconds
+from fastreplay.writer import DEFAULT_STORE, _seconds, _sink_flush
 
 __all__ = [
     "Condition",
@@ -87,7 +87,7 @@ class StructuredWriter(_core._StructuredBase):
     def __init__(self, tables: Table | Iterable[Table] | Mapping[str, Table],
                  configs: Sequence[Config], *,
                  chunk_store: _core.ChunkStore | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, sink: Any = None) -> None:
         if not configs:
             raise ValueError("At least one config must be provided.")
         if isinstance(tables, Table):
@@ -103,6 +103,7 @@ class StructuredWriter(_core._StructuredBase):
                     f"not found; the tables are {', '.join(sorted(by_name))}.")
         self._tables = by_name
         self._store = chunk_store
+        self._sink = sink  # as TrajectoryWriter's
         self._seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
         self._plan = None
         self._sw = None
@@ -188,6 +189,7 @@ class StructuredWriter(_core._StructuredBase):
             raise errors.DeadlineExceededError(
                 "Flush call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)}")
+        _sink_flush(self._sink, block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None
                     ) -> None:
@@ -200,6 +202,7 @@ class StructuredWriter(_core._StructuredBase):
             raise errors.DeadlineExceededError(
                 "End episode call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)}")
+        _sink_flush(self._sink, 0, timeout_ms)
 
     @property
     def num_pending_items(self) -> int:

@@ -424,6 +424,30 @@ class Table:
             for i in range(len(keys))
         ]
 
+    def sample_batch(
+        self, num_samples: int, *, timeout: float | None = None
+    ) -> tuple[SampleInfoBatch, list[Any], int]:
+        """Sample items as stacked arrays: ``(info, columns, structure_id)``
+        with ``columns`` the flat list of ``[B, T, ...]`` arrays (``[B, ...]``
+        when squeezed) and the items' structure id (``_structures``).  Rate
+        limiting and timeouts as :meth:`sample`."""
+        keys, probs, prios, times, sizes, columns, _, sid = self._core.sample_batch(
+            self._num_samples(num_samples), timeout)
+        return SampleInfoBatch(keys, probs, sizes, prios, times), columns, sid
+
+    def export_items(self) -> tuple[list[Any], dict[int, Any]]:
+        """``(items, chunks)`` describing every item and the chunks they
+        reference (``_core.export_items``): what checkpoints and the network
+        transport send."""
+        return _core.export_items(self._core)
+
+    def insert_items(self, items: list[Any], chunks: dict[int, Any],
+                     timeout: float | None = None) -> int:
+        """Insert items described as :meth:`export_items` does (sent by
+        another process) through the rate limiter; all are checked before
+        any is inserted (``_core.insert_items``)."""
+        return _core.insert_items(self._core, items, chunks, timeout)
+
     def mutate_priorities(
         self,
         updates: Mapping[int, float] | None = None,

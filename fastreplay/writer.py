@@ -101,6 +101,7 @@ class TrajectoryWriter(_core._WriterBase):
         chunk_store: _core.ChunkStore | None = None,
         seed: int | None = None,
         chunker_options: ChunkerOptions | None = None,
+        sink: Any = None,
     ) -> None:
         if num_keep_alive_refs < 1:
             raise ValueError(
@@ -114,6 +115,10 @@ class TrajectoryWriter(_core._WriterBase):
         else:
             self._tables = {t.name: t for t in tables}
         self._validate_items = validate_items
+        # Where the tables' items go next: None when the tables are the
+        # destination, else an object with kick() and flush(timeout) (the
+        # network outbox of a remote client, fastreplay.net.remote).
+        self._sink = sink
         self._keep_alive = int(num_keep_alive_refs)
         seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
         default = chunker_options or AutoTunedChunkerOptions(self._keep_alive)
@@ -298,6 +303,7 @@ class TrajectoryWriter(_core._WriterBase):
                 "Flush call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)}"
             )
+        _sink_flush(self._sink, block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None
                     ) -> None:
@@ -321,6 +327,7 @@ class TrajectoryWriter(_core._WriterBase):
                 "End episode call did not complete within provided timeout of "
                 f"{datetime.timedelta(milliseconds=timeout_ms or 0)}"
             )
+        _sink_flush(self._sink, 0, timeout_ms)
 
     @property
     def num_pending_items(self) -> int:
@@ -347,6 +354,18 @@ class TrajectoryWriter(_core._WriterBase):
 
 
 StepReferences = _core.StepReferences
+
+
+def _sink_flush(sink: Any, block_until_num_items: int, timeout_ms: int | None
+                ) -> None:
+    """After the items are in the writer's tables: a full flush waits until
+    the sink delivered them too; a partial one only starts the delivery."""
+    if sink is None:
+        return
+    if block_until_num_items:
+        sink.kick()
+    else:
+        sink.flush(_seconds(timeout_ms))
 
 
 def _seconds(timeout_ms: int | None) -> float | None:

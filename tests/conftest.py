@@ -18,3 +18,7 @@ from hypothesis import settings
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# A client of a stopped server gives up after 1 s instead of the default 10
+# (tests that measure the window pass reconnect_window themselves).
+os.environ.setdefault("FASTREPLAY_RECONNECT_WINDOW", "1")

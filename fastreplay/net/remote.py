@@ -1,0 +1,381 @@
+"""The client side of the transport: ``RemoteBackend`` gives ``Client`` the
+tables of a server in another process or on another machine.
+
+Calls travel as frames (``wire``) over one TCP connection per calling
+thread.  Writers write into local staging queues (one per remote table,
+``Table.queue``) with the same compiled writer as in process; an
+``Outbox`` thread ships what they created as frames of chunks and item
+records, each chunk once per connection, and the server inserts them through
+its rate limiters.  A full staging queue blocks the writer (back-pressure),
+and a writer's ``flush`` returns once the server has inserted its items.
+
+When the server goes away, calls reconnect for up to ``reconnect_window``
+seconds (``FASTREPLAY_RECONNECT_WINDOW``, default 10) and then raise
+``UnavailableError`` (a ``ConnectionError``-style error); no call waits
+forever on a dead server.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from fastreplay import _core, errors
+from fastreplay.net import wire
+from fastreplay.net.codec import info_from_json, structure_from_json
+from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
+from fastreplay.table import Table, TableInfo
+
+__all__ = ["RemoteBackend"]
+
+#: Items in flight per remote table before a writer blocks.
+STAGING_ITEMS = 16_384
+#: Chunks a connection asks the server to keep (least recently used first
+#: forgotten; a forgotten chunk is sent again if an item needs it).
+KEEP_CHUNKS = 8_192
+#: Items per insert frame at most.
+FRAME_ITEMS = 4_096
+_BUILTIN_ERRORS = {e.__name__: e for e in (
+    ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
+    MemoryError, TimeoutError)}
+
+
+def _window() -> float:
+    text = os.environ.get("FASTREPLAY_RECONNECT_WINDOW", "10")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("FASTREPLAY_RECONNECT_WINDOW must be a number of seconds, "
+                         f"got {text!r}") from None
+    return max(value, 0.0)
+
+
+def _error_from(msg: dict[str, Any]) -> BaseException:
+    name, text = str(msg.get("error")), str(msg.get("message"))
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(text)
+    if name in _BUILTIN_ERRORS:
+        return _BUILTIN_ERRORS[name](text)
+    return errors.InternalError(f"{name}: {text}")
+
+
+class _Conn:
+    """One connection and the chunks the server keeps for it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class RemoteBackend:
+    """The tables of the server at ``host:port`` in another process."""
+
+    def __init__(self, host: str, port: int, *, reconnect_window: float | None = None,
+                 token: str | None = None) -> None:
+        self._host = "127.0.0.1" if host in ("", "localhost") else host.strip("[]")
+        self._port = port
+        self._window = _window() if reconnect_window is None else reconnect_window
+        self._token = token if token is not None else os.environ.get("FASTREPLAY_TOKEN")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns: list[_Conn] = []
+        self._staging: dict[str, Table] | None = None
+        self._infos: dict[str, TableInfo] = {}
+        self._outbox: Outbox | None = None
+        self._store = _core.ChunkStore()
+
+    # ----- connections -----
+
+    def _connect(self, deadline: float) -> _Conn:
+        delay = 0.01
+        while True:
+            try:
+                sock = socket.create_connection(
+                    (self._host, self._port),
+                    timeout=max(0.05, min(5.0, deadline - time.monotonic())))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.settimeout(max(1.0, deadline - time.monotonic()) + 5.0)
+                wire.send_frame(sock, wire.KIND_CALL,
+                                {"op": "hello", "token": self._token, "args": {}})
+                kind, msg, _ = wire.recv_frame(sock)
+                sock.settimeout(None)
+                if kind == wire.KIND_ERROR:
+                    sock.close()
+                    raise _error_from(msg)
+                conn = _Conn(sock)
+                with self._lock:
+                    self._conns.append(conn)
+                return conn
+            except (OSError, wire.FrameError) as exc:
+                if isinstance(exc, errors.ReverbError):
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.UnavailableError(
+                        f"No fastreplay server at {self._host}:{self._port} "
+                        f"({exc}); retried for {self._window:g} s "
+                        "(reconnect_window)") from None
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.5)
+
+    def _conn(self, deadline: float) -> _Conn:
+        conn: _Conn | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect(deadline)
+        return conn
+
+    def _drop(self, conn: _Conn) -> None:
+        conn.close()
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+
+    def call(self, op: str, args: dict[str, Any],
+             blobs: Any = (), timeout: float | None = None,
+             build: Any = None) -> tuple[Any, bytearray]:
+        """``(result, blob)`` of call ``op``; reconnects within the window.
+        ``build(conn)`` makes ``(args, blobs)`` per attempt when given."""
+        deadline = time.monotonic() + self._window
+        while True:
+            conn = self._conn(deadline)
+            if build is not None:
+                args, blobs = build(conn)
+            try:
+                conn.sock.settimeout(None if timeout is None else timeout + 10.0)
+                wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
+                                blobs)
+                kind, msg, blob = wire.recv_frame(conn.sock)
+            except TimeoutError:
+                self._drop(conn)
+                raise errors.DeadlineExceededError(
+                    f"{op} on {self._host}:{self._port}: no reply within "
+                    f"{timeout} s") from None
+            except (OSError, wire.FrameError):
+                self._drop(conn)
+                deadline = time.monotonic() + self._window
+                continue  # the server went away: reconnect and try again
+            if kind == wire.KIND_ERROR:
+                exc = _error_from(msg)
+                if isinstance(exc, errors.DataLossError):
+                    self._drop(conn)  # the server closed this connection
+                raise exc
+            return msg.get("result"), blob
+
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._outbox.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.close()
+
+    # ----- tables -----
+
+    def info(self, timeout: float | None = None) -> dict[str, TableInfo]:
+        if timeout:
+            saved, self._window = self._window, float(timeout)
+            try:
+                result, _ = self._info_call()
+            except errors.UnavailableError:
+                raise errors.DeadlineExceededError(
+                    "ServerInfo call did not complete within provided timeout of "
+                    f"{timeout}s") from None
+            finally:
+                self._window = saved
+        else:
+            result, _ = self._info_call()
+        infos = {name: info_from_json(d) for name, d in result.items()}
+        self._infos = infos
+        return infos
+
+    def _info_call(self) -> tuple[Any, bytearray]:
+        return self.call("info", {})
+
+    def table_info(self, table: str) -> TableInfo:
+        info = self._infos.get(table) or self.info().get(table)
+        if info is None:
+            raise ValueError(f'Could not find table "{table}". The following tables '
+                             f"exists: {', '.join(sorted(self._infos))}")
+        return info
+
+    def staging(self) -> tuple[dict[str, Table], _core.ChunkStore, Outbox]:
+        """Local queues mirroring the remote tables, for writers."""
+        with self._lock:
+            if self._staging is None:
+                infos = self._infos or None
+            else:
+                assert self._outbox is not None
+                return self._staging, self._store, self._outbox
+        if infos is None:
+            infos = self.info()
+        with self._lock:
+            if self._staging is None:
+                self._staging = {
+                    n: Table.queue(n, STAGING_ITEMS, signature=i.signature)
+                    for n, i in infos.items()}
+                self._outbox = Outbox(self, self._staging)
+            return self._staging, self._store, self._outbox
+
+    def sample_batch(self, table: str, n: int, timeout: float | None
+                     ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+        result, blob = self.call("sample_batch",
+                                 {"table": table, "n": n, "timeout": timeout},
+                                 timeout=timeout)
+        arrays = wire.unpack_arrays(result["arrays"], blob)
+        k = result["n_info"]
+        return (SampleInfoBatch(*arrays[:k]), arrays[k:],
+                structure_from_json(result["structure"]))
+
+    def sample_items(self, table: str, n: int, timeout: float | None = None
+                     ) -> list[ReplaySample]:
+        result, blob = self.call("sample_items",
+                                 {"table": table, "n": n, "timeout": timeout},
+                                 timeout=timeout)
+        arrays = wire.unpack_arrays(result["arrays"], blob)
+        out, at = [], 0
+        for info, n_cols in result["items"]:
+            out.append(ReplaySample(SampleInfo(*info), arrays[at:at + n_cols]))
+            at += n_cols
+        return out
+
+    def mutate_priorities(self, table: str, updates: Mapping[int, float] | None,
+                          deletes: Iterable[int] | None) -> None:
+        updates = dict(updates or {})
+        keys = np.fromiter(updates.keys(), np.uint64, len(updates))
+        prios = np.fromiter(updates.values(), np.float64, len(updates))
+        dels = np.asarray(list(deletes or ()), dtype=np.uint64)
+        descs, bufs = wire.pack_arrays([keys, prios, dels])
+        self.call("mutate", {"table": table, "arrays": descs}, bufs)
+
+    def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
+        k = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+        p = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
+        if len(k) != len(p):
+            raise ValueError(f"keys and priorities differ in length ({len(k)} != "
+                             f"{len(p)})")
+        descs, bufs = wire.pack_arrays([k, p])
+        self.call("update", {"table": table, "arrays": descs}, bufs)
+
+    def reset(self, table: str) -> None:
+        self.call("reset", {"table": table})
+
+    def checkpoint(self) -> str:
+        result, _ = self.call("checkpoint", {})
+        return str(result)
+
+
+class Outbox:
+    """Ships the items writers put in the staging queues to the server."""
+
+    def __init__(self, backend: RemoteBackend, staging: dict[str, Table]) -> None:
+        self._backend = backend
+        self._staging = staging
+        self._send_lock = threading.Lock()  # one drain at a time, in order
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._conn = threading.local()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="fastreplay-outbox")
+        self._thread.start()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Ship everything staged and wait until the server inserted it;
+        raises what a previous shipment failed with."""
+        self._drain(timeout)
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            exc, self._error = self._error, None
+            raise exc
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.005)
+            self._wake.clear()
+            try:
+                self._drain(None)
+            except BaseException as exc:  # noqa: BLE001 - raised by the next flush
+                self._error = exc
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def _drain(self, timeout: float | None) -> None:
+        with self._send_lock:
+            for name, table in self._staging.items():
+                while len(table):
+                    items, chunks = table.export_items()
+                    for lo in range(0, len(items), FRAME_ITEMS):
+                        part = items[lo:lo + FRAME_ITEMS]
+                        # Taken as a queue's consumer: the oldest items leave
+                        # and the queue's rate limiter lets writers go on.
+                        taken = table.sample(len(part), timeout=0).key
+                        if taken.tolist() != [it[0] for it in part]:
+                            raise errors.InternalError(
+                                f"staging queue '{name}' changed while it was sent")
+                        self._ship(name, part, chunks, timeout)
+
+    def _ship(self, table: str, items: list[Any], handles: dict[int, Any],
+              timeout: float | None) -> None:
+        metas = {cid: h.meta for cid, h in handles.items()}
+        records = []
+        sids: dict[int, Any] = {}
+        for key, priority, _, columns, sid in items:
+            cols = [[list(spec), squeeze, [[metas[c]["key"], o, n] for c, o, n in sl]]
+                    for spec, squeeze, sl in columns]
+            records.append([key, priority, cols, sid])
+            if sid not in sids:
+                from fastreplay import _structures
+
+                sids[sid] = _structures.to_json(sid)
+        used = {metas[c]["key"]: c for _, _, _, columns, _ in items
+                for _, _, sl in columns for c, _, _ in sl}
+
+        def build(conn: _Conn) -> tuple[dict[str, Any], list[bytes]]:
+            new, blobs, at = [], [], 0
+            for key, cid in used.items():
+                if key in conn.chunks:
+                    conn.chunks.move_to_end(key)
+                    continue
+                data = handles[cid].data()
+                new.append({**metas[cid], "at": at})
+                blobs.append(data)
+                at += len(data)
+                conn.chunks[key] = None
+            forget = []
+            while len(conn.chunks) > KEEP_CHUNKS:
+                key = next(iter(conn.chunks))
+                if key in used:  # the rest are this frame's too
+                    break
+                del conn.chunks[key]
+                forget.append(key)
+            return ({"table": table, "items": records, "chunks": new,
+                     "forget": forget, "structures": list(sids.items()),
+                     "timeout": timeout}, [b"".join(blobs)])  # one send
+
+        self._backend.call("insert", {}, timeout=timeout, build=build)
+

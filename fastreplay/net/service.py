@@ -1,0 +1,264 @@
+"""The server side of the transport: accepts connections on the port a
+``Server`` reserved and answers calls on its tables.
+
+One thread per connection; table calls run in compiled code that releases
+the GIL while it waits (rate limiters) or gathers.  A connection that sends
+a malformed frame, a bad token or items that do not check out is closed;
+nothing it sent half-way reaches a table (a frame of items is checked whole
+before any is inserted) and every other connection keeps being served.
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastreplay import _core, errors
+from fastreplay.net import wire
+from fastreplay.net.codec import info_to_json, structure_to_json
+from fastreplay.replay_sample import SampleInfoBatch
+
+if TYPE_CHECKING:
+    from fastreplay.server import Server
+    from fastreplay.table import Table
+
+__all__ = ["Service"]
+
+#: Chunks one connection may keep for items still to come (the client
+#: forgets older ones explicitly; past this the connection is closed).
+MAX_CHUNKS_PER_CONNECTION = 1 << 20
+
+
+class _ProtocolError(Exception):
+    """The peer broke the protocol: reply with the error, then close."""
+
+
+class Service:
+    """Serves ``server``'s tables on ``listener`` (a bound TCP socket)."""
+
+    def __init__(self, server: Server, listener: socket.socket,
+                 token: str | None) -> None:
+        self._server = server
+        self._listener = listener
+        self._token = token
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._closed = False
+        listener.listen(128)
+        self._thread = threading.Thread(target=self._accept, daemon=True,
+                                        name="fastreplay-accept")
+        self._thread.start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns = list(self._conns)
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._closed:
+                    sock.close()
+                    return
+                self._conns.add(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True,
+                             name="fastreplay-conn").start()
+
+    # ----- one connection -----
+
+    def _serve(self, sock: socket.socket) -> None:
+        chunks: dict[int, Any] = {}  # chunk key -> ChunkHandle, for coming items
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            self._hello(sock)
+            while True:
+                _, msg, blob = wire.recv_frame(sock)
+                try:
+                    result, blobs = self._call(msg, blob, chunks)
+                except _ProtocolError as exc:
+                    _send_error(sock, errors.DataLossError(str(exc)))
+                    return
+                except Exception as exc:  # noqa: BLE001 - goes back to the caller
+                    _send_error(sock, exc)
+                    continue
+                wire.send_frame(sock, wire.KIND_REPLY, {"result": result}, blobs)
+        except (OSError, wire.FrameError):
+            pass  # peer gone or garbage: drop this connection only
+        finally:
+            chunks.clear()
+            with self._lock:
+                self._conns.discard(sock)
+            sock.close()
+
+    def _hello(self, sock: socket.socket) -> None:
+        sock.settimeout(10.0)  # a peer that says nothing is dropped
+        _, msg, _ = wire.recv_frame(sock, max_blob=0)
+        sock.settimeout(None)
+        if msg.get("op") != "hello":
+            raise wire.FrameError("first frame is not a hello")
+        if self._token is not None:
+            got = msg.get("token")
+            if not isinstance(got, str) or not hmac.compare_digest(
+                    got.encode(), self._token.encode()):
+                _send_error(sock, errors.UnavailableError(
+                    "fastreplay server: wrong or missing token"))
+                raise wire.FrameError("bad token")
+        wire.send_frame(sock, wire.KIND_REPLY, {"result": {
+            "tables": sorted(self._server.tables), "version": wire.VERSION}})
+
+    def _table(self, args: dict[str, Any]) -> Table:
+        name = args.get("table")
+        tables = self._server.tables
+        if not isinstance(name, str) or name not in tables:
+            raise ValueError(f'Could not find table "{name}". The following tables '
+                             f"exists: {', '.join(sorted(tables))}")
+        return tables[name]
+
+    def _call(self, msg: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+              ) -> tuple[Any, list[Any]]:
+        op, args = msg.get("op"), msg.get("args")
+        if not isinstance(args, dict):
+            raise _ProtocolError("call without arguments")
+        handler = _OPS.get(op) if isinstance(op, str) else None
+        if handler is None:
+            raise _ProtocolError(f"unknown call {op!r}")
+        return handler(self, args, blob, chunks)
+
+    # ----- calls -----
+
+    def _info(self, args: dict[str, Any], blob: bytearray, chunks: Any
+              ) -> tuple[Any, list[Any]]:
+        return {n: info_to_json(t.info) for n, t in self._server.tables.items()}, []
+
+    def _sample_batch(self, args: dict[str, Any], blob: bytearray, chunks: Any
+                      ) -> tuple[Any, list[Any]]:
+        table = self._table(args)
+        info, columns, sid = table.sample_batch(int(args["n"]),
+                                                timeout=_timeout(args))
+        structure = (table.signature if table.signature is not None
+                     else _structure_of(sid))
+        descs, bufs = wire.pack_arrays([*info, *columns])
+        return {"arrays": descs, "n_info": len(SampleInfoBatch._fields),
+                "structure": structure_to_json(structure),
+                "n_leaves": len(columns)}, bufs
+
+    def _sample_items(self, args: dict[str, Any], blob: bytearray, chunks: Any
+                      ) -> tuple[Any, list[Any]]:
+        table = self._table(args)
+        samples = table.sample_items(int(args["n"]), timeout=_timeout(args))
+        arrays: list[np.ndarray] = []
+        items = []
+        for s in samples:
+            items.append([list(s.info), len(s.data)])
+            arrays.extend(np.asarray(c) for c in s.data)
+        descs, bufs = wire.pack_arrays(arrays)
+        return {"items": items, "arrays": descs}, bufs
+
+    def _insert(self, args: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+                ) -> tuple[Any, list[Any]]:
+        """Chunks then items of one writer flush (see remote._Outbox)."""
+        table = self._table(args)
+        try:
+            for key in args["forget"]:
+                chunks.pop(key, None)
+            for meta in args["chunks"]:
+                off, n = meta.pop("at"), meta["stored_bytes"]
+                if type(off) is not int or off < 0 or off + n > len(blob):
+                    raise _ProtocolError("chunk does not fit the frame")
+                chunks[meta["key"]] = _core.restore_chunk(
+                    self._server.chunk_store, meta, bytes(blob[off:off + n]))
+            if len(chunks) > MAX_CHUNKS_PER_CONNECTION:
+                raise _ProtocolError("too many chunks kept for one connection")
+            from fastreplay.net.codec import structure_from_json
+            sids = {}
+            for local, obj in args["structures"]:
+                structure = structure_from_json(obj)
+                sids[local] = 0 if structure is None else _intern(structure)
+            items = [(k, p, cols, sids[s]) for k, p, cols, s in args["items"]]
+        except errors.DataLossError as exc:
+            raise _ProtocolError(str(exc)) from None
+        except (KeyError, TypeError, ValueError, AttributeError,
+                wire.FrameError) as exc:
+            raise _ProtocolError(f"malformed items frame: {exc!r}") from None
+        try:
+            return table.insert_items(items, chunks, timeout=_timeout(args)), []
+        except errors.DataLossError as exc:
+            raise _ProtocolError(str(exc)) from None
+
+    def _mutate(self, args: dict[str, Any], blob: bytearray, chunks: Any
+                ) -> tuple[Any, list[Any]]:
+        table = self._table(args)
+        keys, prios, deletes = wire.unpack_arrays(args["arrays"], blob)
+        table.mutate_priorities(dict(zip(keys.tolist(), prios.tolist(), strict=True)),
+                                deletes.tolist())
+        return None, []
+
+    def _update(self, args: dict[str, Any], blob: bytearray, chunks: Any
+                ) -> tuple[Any, list[Any]]:
+        keys, prios = wire.unpack_arrays(args["arrays"], blob)
+        self._table(args).update_priorities(keys, prios)
+        return None, []
+
+    def _reset(self, args: dict[str, Any], blob: bytearray, chunks: Any
+               ) -> tuple[Any, list[Any]]:
+        self._table(args).reset()
+        return None, []
+
+    def _checkpoint(self, args: dict[str, Any], blob: bytearray, chunks: Any
+                    ) -> tuple[Any, list[Any]]:
+        return self._server.checkpoint(), []
+
+
+_OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
+        "sample_items": Service._sample_items, "insert": Service._insert,
+        "mutate": Service._mutate, "update": Service._update,
+        "reset": Service._reset, "checkpoint": Service._checkpoint}
+
+
+def _timeout(args: dict[str, Any]) -> float | None:
+    t = args.get("timeout")
+    if t is None:
+        return None
+    if type(t) not in (int, float) or not t >= 0:
+        raise ValueError(f"timeout must be None or >= 0, got {t!r}")
+    return float(t)
+
+
+def _structure_of(sid: int) -> Any:
+    from fastreplay import _structures
+
+    return _structures.get(sid)
+
+
+def _intern(structure: Any) -> int:
+    from fastreplay import _structures
+
+    return _structures.intern(structure)
+
+
+def _send_error(sock: socket.socket, exc: BaseException) -> None:
+    try:
+        wire.send_frame(sock, wire.KIND_ERROR,
+                        {"error": type(exc).__name__, "message": str(exc)})
+    except OSError:
+        pass

@@ -1,0 +1,185 @@
+"""The wire format between a fastreplay ``Server`` and clients of other
+processes: length-prefixed, versioned frames; nothing is unpickled.
+
+A frame is a 20-byte header, then ``json_len`` bytes of UTF-8 JSON (the call
+or the reply), then ``blob_len`` bytes of raw array and chunk data that the
+JSON refers to by offset.  Every declared size is checked against a limit
+before anything is allocated, and a blob is read in steps that grow the
+buffer only as bytes actually arrive, so a peer that declares 2 GiB and
+sends nothing costs nothing.  Any violation raises ``FrameError``: the
+receiver closes that connection and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FrameError", "MAGIC", "VERSION", "recv_frame", "send_frame",
+           "pack_arrays", "unpack_arrays", "max_blob_bytes"]
+
+MAGIC = b"FRWP"
+VERSION = 1
+# magic, version, kind, reserved, json_len, blob_len
+_HEADER = struct.Struct("<4sBBHIQ")
+KIND_CALL, KIND_REPLY, KIND_ERROR = 0, 1, 2
+_KINDS = (KIND_CALL, KIND_REPLY, KIND_ERROR)
+
+#: The largest JSON part of a frame (a call's items and chunk records).
+MAX_JSON_BYTES = 64 << 20
+#: Default largest blob (chunk bytes, a sampled batch): 4 GiB;
+#: ``FASTREPLAY_MAX_FRAME_BYTES`` changes it.
+_DEFAULT_MAX_BLOB = 4 << 30
+#: Blob bytes read per step (the buffer grows by at most this much ahead of
+#: what was received).
+_STEP = 16 << 20
+# dtypes an array on the wire may have: numeric kinds and fixed bytes.
+_ARRAY_KINDS = frozenset("biufcS")
+
+
+class FrameError(ConnectionError):
+    """A malformed, truncated or oversized frame: the connection is closed."""
+
+
+def max_blob_bytes() -> int:
+    text = os.environ.get("FASTREPLAY_MAX_FRAME_BYTES")
+    if not text:
+        return _DEFAULT_MAX_BLOB
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(
+            f"FASTREPLAY_MAX_FRAME_BYTES must be an integer, got {text!r}") from None
+    if value < 1 << 20:
+        raise ValueError(f"FASTREPLAY_MAX_FRAME_BYTES must be >= 1 MiB, got {value}")
+    return value
+
+
+def send_frame(sock: socket.socket, kind: int, message: Any,
+               blobs: list[Any] | tuple[Any, ...] = ()) -> None:
+    """Send one frame: ``message`` as JSON, then the buffers of ``blobs``
+    back to back (their offsets are the caller's business)."""
+    body = json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+    views = [memoryview(b).cast("B") for b in blobs]
+    blob_len = sum(v.nbytes for v in views)
+    head = _HEADER.pack(MAGIC, VERSION, kind, 0, len(body), blob_len)
+    if blob_len < 1 << 16:
+        sock.sendall(b"".join([head, body, *views]))
+        return
+    sock.sendall(head + body)
+    for v in views:
+        sock.sendall(v)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise FrameError("connection closed in the middle of a frame"
+                             if got else "connection closed")
+        got += k
+    return buf
+
+
+def _recv_blob(sock: socket.socket, n: int) -> bytearray:
+    """n bytes, the buffer growing only as they arrive."""
+    if n <= _STEP:
+        return _recv_exact(sock, n)
+    buf = bytearray()
+    while len(buf) < n:
+        want = min(_STEP, n - len(buf))
+        start = len(buf)
+        buf.extend(bytes(want))  # allocated only after the previous step arrived
+        view = memoryview(buf)[start:]
+        got = 0
+        while got < want:
+            k = sock.recv_into(view[got:], want - got)
+            if k == 0:
+                raise FrameError("connection closed in the middle of a frame")
+            got += k
+        del view
+    return buf
+
+
+def recv_frame(sock: socket.socket, max_blob: int | None = None
+               ) -> tuple[int, Any, bytearray]:
+    """``(kind, message, blob)`` of the next frame; FrameError when the peer
+    closed or sent something that is not a valid frame."""
+    head = _recv_exact(sock, _HEADER.size)
+    magic, version, kind, _, json_len, blob_len = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise FrameError(f"not a fastreplay frame (magic {bytes(magic)!r})")
+    if version != VERSION:
+        raise FrameError(f"wire version {version} is not supported (this side "
+                         f"speaks {VERSION})")
+    if kind not in _KINDS:
+        raise FrameError(f"unknown frame kind {kind}")
+    if json_len > MAX_JSON_BYTES:
+        raise FrameError(f"frame declares {json_len} bytes of JSON "
+                         f"(at most {MAX_JSON_BYTES})")
+    limit = max_blob_bytes() if max_blob is None else max_blob
+    if blob_len > limit:
+        raise FrameError(f"frame declares {blob_len} bytes of data (at most {limit}; "
+                         "FASTREPLAY_MAX_FRAME_BYTES raises the limit)")
+    body = _recv_exact(sock, json_len)
+    try:
+        message = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FrameError(f"frame JSON is malformed: {exc}") from None
+    if not isinstance(message, dict):
+        raise FrameError("frame JSON is not an object")
+    return kind, message, _recv_blob(sock, blob_len)
+
+
+# ----- arrays -----
+
+def pack_arrays(arrays: list[np.ndarray], start: int = 0
+                ) -> tuple[list[list[Any]], list[np.ndarray]]:
+    """Descriptors ``[dtype, shape, offset, nbytes]`` of C-contiguous copies
+    of ``arrays`` laid out back to back from ``start``, and the buffers."""
+    descs, bufs, at = [], [], start
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        if a.dtype.kind not in _ARRAY_KINDS:
+            raise TypeError(f"arrays of dtype {a.dtype} can't be sent")
+        descs.append([a.dtype.str, list(a.shape), at, a.nbytes])
+        bufs.append(a)
+        at += a.nbytes
+    return descs, bufs
+
+
+def unpack_arrays(descs: Any, blob: bytearray) -> list[np.ndarray]:
+    """The arrays ``descs`` describe in ``blob`` (views, no copy); FrameError
+    for a descriptor that does not fit."""
+    if not isinstance(descs, list):
+        raise FrameError("array descriptors are not a list")
+    out = []
+    for d in descs:
+        try:
+            dtype_s, shape, off, nbytes = d
+            dtype = np.dtype(dtype_s)
+        except (TypeError, ValueError):
+            raise FrameError(f"bad array descriptor {d!r}") from None
+        if dtype.kind not in _ARRAY_KINDS or dtype.hasobject:
+            raise FrameError(f"dtype {dtype_s!r} is not allowed on the wire")
+        if (not isinstance(shape, list) or len(shape) > 32 or
+                any(type(s) is not int or s < 0 for s in shape) or
+                type(off) is not int or type(nbytes) is not int):
+            raise FrameError(f"bad array descriptor {d!r}")
+        size = dtype.itemsize
+        for s in shape:
+            size *= s
+        if size != nbytes or off < 0 or off + nbytes > len(blob):
+            raise FrameError(f"array descriptor {d!r} does not fit the frame")
+        out.append(np.frombuffer(blob, dtype=dtype, count=size // max(dtype.itemsize, 1)
+                                 if dtype.itemsize else 0,
+                                 offset=off).reshape(shape))
+    return out
