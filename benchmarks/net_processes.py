@@ -37,7 +37,8 @@ Workloads (a round runs ``--seconds`` of calls; medians of ``--rounds``):
   ``client.dataset(table, 256)`` (prefetching threads) is timed too.
 * priorities: 256 keys of the small table (from one sample) get new
   priorities each call: fastreplay ``update_priorities`` and
-  ``mutate_priorities``, dm-reverb ``mutate_priorities``; calls/s.
+  ``mutate_priorities``, dm-reverb ``mutate_priorities``; calls/s, the span
+  closed by one ``server_info()`` (fastreplay answers updates later).
 
 Run (the issue 12 measurement; about 4 minutes, most of it dm-reverb's fill)::
 
@@ -82,20 +83,23 @@ def _small_steps(seed: int) -> list[dict[str, np.ndarray]]:
     return [{"observation": o} for o in obs.astype(np.float32)]
 
 
-def _timed(call: Callable[[], Any], seconds: float, per_check: int = 1
-           ) -> dict[str, Any]:
+def _timed(call: Callable[[], Any], seconds: float, per_check: int = 1,
+           finish: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Call ``call`` for about ``seconds`` (at least ``per_check`` times,
-    checking the clock every ``per_check`` calls); return calls and the
-    span in ``time.monotonic`` (CLOCK_MONOTONIC: one clock for every process)."""
+    checking the clock every ``per_check`` calls), then ``finish`` (inside
+    the span: a flush, or a synchronous call that waits for deferred
+    replies); return calls and the span in ``time.monotonic``
+    (CLOCK_MONOTONIC: one clock for every process)."""
     n, t0 = 0, time.monotonic()
     end = t0 + seconds
     while True:
         for _ in range(per_check):
             call()
         n += per_check
-        t1 = time.monotonic()
-        if t1 >= end:
-            return {"n": n, "t0": t0, "t1": t1}
+        if time.monotonic() >= end:
+            if finish is not None:
+                finish()
+            return {"n": n, "t0": t0, "t1": time.monotonic()}
 
 
 def _write_round(writer: Any, steps: list[dict[str, np.ndarray]], table: str,
@@ -109,10 +113,7 @@ def _write_round(writer: Any, steps: list[dict[str, np.ndarray]], table: str,
         writer.create_item(table, 1.0,
                            {"observation": writer.history["observation"][-1:]})
 
-    out = _timed(step, seconds, per_check=64)
-    writer.flush()
-    out["t1"] = time.monotonic()
-    return out
+    return _timed(step, seconds, per_check=64, finish=writer.flush)
 
 
 def _fill(client: Any, tables: dict[str, int], frames_path: str,
@@ -284,7 +285,10 @@ class Learner:
                 client.mutate_priorities(table, updates=updates[k[0] % 8])
 
         call()
-        return _timed(call, seconds, per_check=8)
+        client.server_info()
+        # server_info: fastreplay defers the replies of priority updates; the
+        # span ends once every update has been applied.
+        return _timed(call, seconds, per_check=8, finish=client.server_info)
 
     def close(self) -> None:
         self.datasets.clear()
