@@ -174,7 +174,7 @@ class RemoteBackend:
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
-             build: Any = None, defer: bool = False) -> tuple[Any, bytearray]:
+             build: Any = None, defer: bool = False) -> tuple[Any, Any]:
         """``(result, blob)`` of call ``op``; reconnects within the window
         (counted from the first failure).  ``build(conn)`` makes ``(args,
         blobs)`` per attempt when given.  A ``defer``red call returns at
@@ -245,7 +245,7 @@ class RemoteBackend:
         self._infos = infos
         return infos
 
-    def _info_call(self) -> tuple[Any, bytearray]:
+    def _info_call(self) -> tuple[Any, Any]:
         return self.call("info", {})
 
     def table_info(self, table: str) -> TableInfo:

@@ -134,7 +134,7 @@ class Service:
                              f"exists: {', '.join(sorted(tables))}")
         return tables[name]
 
-    def _call(self, msg: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+    def _call(self, msg: dict[str, Any], blob: Any, chunks: dict[int, Any]
               ) -> tuple[Any, list[Any]]:
         op, args = msg.get("op"), msg.get("args")
         if not isinstance(args, dict):
@@ -146,11 +146,11 @@ class Service:
 
     # ----- calls -----
 
-    def _info(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _info(self, args: dict[str, Any], blob: Any, chunks: Any
               ) -> tuple[Any, list[Any]]:
         return {n: info_to_json(t.info) for n, t in self._server.tables.items()}, []
 
-    def _sample_batch(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _sample_batch(self, args: dict[str, Any], blob: Any, chunks: Any
                       ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         info, columns, sid = table.sample_batch(int(args["n"]),
@@ -162,7 +162,7 @@ class Service:
                 "structure": structure_to_json(structure),
                 "n_leaves": len(columns)}, bufs
 
-    def _sample_items(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _sample_items(self, args: dict[str, Any], blob: Any, chunks: Any
                       ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         samples = table.sample_items(int(args["n"]), timeout=_timeout(args))
@@ -174,7 +174,7 @@ class Service:
         descs, bufs = wire.pack_arrays(arrays)
         return {"items": items, "arrays": descs}, bufs
 
-    def _insert(self, args: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+    def _insert(self, args: dict[str, Any], blob: Any, chunks: dict[int, Any]
                 ) -> tuple[Any, list[Any]]:
         """Chunks then items of one writer flush (remote.Outbox._ship)."""
         table = self._table(args)
@@ -217,7 +217,7 @@ class Service:
                 raise  # e.g. InvalidPriorityError: the caller's error
             raise _ProtocolError(f"malformed items frame: {exc!r}") from None
 
-    def _mutate(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _mutate(self, args: dict[str, Any], blob: Any, chunks: Any
                 ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         keys, prios, deletes = wire.unpack_arrays(args["arrays"], blob)
@@ -225,18 +225,18 @@ class Service:
                                 deletes.tolist())
         return None, []
 
-    def _update(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _update(self, args: dict[str, Any], blob: Any, chunks: Any
                 ) -> tuple[Any, list[Any]]:
         keys, prios = wire.unpack_arrays(args["arrays"], blob)
         self._table(args).update_priorities(keys, prios)
         return None, []
 
-    def _reset(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _reset(self, args: dict[str, Any], blob: Any, chunks: Any
                ) -> tuple[Any, list[Any]]:
         self._table(args).reset()
         return None, []
 
-    def _checkpoint(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _checkpoint(self, args: dict[str, Any], blob: Any, chunks: Any
                     ) -> tuple[Any, list[Any]]:
         return self._server.checkpoint(), []
 
