@@ -40,9 +40,10 @@ Workloads (a round runs ``--seconds`` of calls; medians of ``--rounds``):
   ``mutate_priorities``, dm-reverb ``mutate_priorities``; calls/s, the span
   closed by one ``server_info()`` (fastreplay answers updates later).
 
-Run (the issue 12 measurement; about 4 minutes, most of it dm-reverb's fill)::
+Run (the issue 12 measurement: about 8 minutes with ``--rounds 5`` on the
+2-core machine, 2.5 of them dm-reverb's fill of 1M items)::
 
-    python benchmarks/net_processes.py --reverb-python /path/rvenv/bin/python
+    python benchmarks/net_processes.py --reverb-python /path/rvenv/bin/python --rounds 5
     python benchmarks/net_processes.py --only fastreplay --small-size 100000
     python benchmarks/net_processes.py --quick    # seconds: tiny tables
 
