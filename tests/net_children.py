@@ -41,6 +41,7 @@ def make_tables() -> list[Table]:
         Table("uniform", sel.Uniform(), sel.Fifo(), 100_000, rl.MinSize(1), seed=1),
         Table("prio", sel.Prioritized(0.8), sel.Fifo(), 1000, rl.MinSize(1), seed=2),
         Table("min10", sel.Uniform(), sel.Fifo(), 1000, rl.MinSize(10), seed=3),
+        Table.queue("tiny", 5),
     ]
 
 
