@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import net_children
 import numpy as np
 import pytest
 
-import net_children
 from fastreplay import Client, errors
 from fastreplay.net import wire
 
@@ -43,7 +43,7 @@ class Child:
     """A child process running one role of ``net_children``; its stdout
     lines are collected by a thread so reads can be bounded."""
 
-    def __init__(self, role: str, **args: Any) -> None:
+    def __init__(self, started: list[Child], role: str, **args: Any) -> None:
         env = {k: v for k, v in os.environ.items() if k != "FASTREPLAY_TOKEN"}
         self.proc = subprocess.Popen(
             [sys.executable, CHILDREN, role, json.dumps(args)],
@@ -52,12 +52,13 @@ class Child:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.err: list[str] = []
         self.readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put),
-                             daemon=True),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append),
-                             daemon=True)]
+            threading.Thread(target=self._read, daemon=True,
+                             args=(self.proc.stdout, self.lines.put)),
+            threading.Thread(target=self._read, daemon=True,
+                             args=(self.proc.stderr, self.err.append))]
         for r in self.readers:
             r.start()
+        started.append(self)  # ended by Children.end whatever happens next
 
     @staticmethod
     def _read(stream: Any, put: Any) -> None:
@@ -74,8 +75,11 @@ class Child:
         if line is None or not line.startswith(prefix):
             time.sleep(0.2)  # let the stderr reader catch up
             raise AssertionError(f"child {self.proc.args[2]} said {line!r}, expected "
-                                 f"{prefix!r}; stderr:\n" + "\n".join(map(str, self.err[-30:])))
+                                 f"{prefix!r}; stderr:\n" + self.stderr())
         return line
+
+    def stderr(self) -> str:
+        return "\n".join(map(str, self.err[-30:]))
 
     def reap(self) -> None:
         """Kill (when still running), wait and close the pipes."""
@@ -108,12 +112,12 @@ class Child:
 
     def wait_done(self) -> None:
         self.expect("DONE")
-        assert self.proc.wait(timeout=WAIT) == 0, "\n".join(map(str, self.err[-30:]))
+        assert self.proc.wait(timeout=WAIT) == 0, self.stderr()
 
 
 class Server(Child):
-    def __init__(self, **args: Any) -> None:
-        super().__init__("serve", **args)
+    def __init__(self, started: list[Child], **args: Any) -> None:
+        super().__init__(started, "serve", **args)
         self.port = int(self.expect("PORT").split()[1])
         self.address = f"127.0.0.1:{self.port}"
 
@@ -139,26 +143,19 @@ class Children:
                 backend.close()
 
     def server(self, **args: Any) -> Server:
-        s = Server.__new__(Server)
-        self.started.append(s)
-        s.__init__(**args)  # type: ignore[misc]
-        return s
+        return Server(self.started, **args)
 
     def start(self, role: str, **args: Any) -> Child:
-        c = Child.__new__(Child)
-        self.started.append(c)
-        c.__init__(role, **args)  # type: ignore[misc]
-        return c
+        return Child(self.started, role, **args)
 
 
     def end(self) -> None:
         self.close_clients()
         for c in self.started:
-            if hasattr(c, "proc") and c.proc.poll() is None:
+            if c.proc.poll() is None:
                 c.proc.kill()
         for c in self.started:
-            if hasattr(c, "readers"):
-                c.reap()
+            c.reap()
 
 
 @pytest.fixture
@@ -304,7 +301,8 @@ def test_priorities_across_processes(children: Children, shared: Server) -> None
 # ----- 3. rate limits -----
 
 
-def test_rate_limiter_waits_across_processes(children: Children, shared: Server) -> None:
+def test_rate_limiter_waits_across_processes(children: Children,
+                                             shared: Server) -> None:
     server = shared
     client = children.client(server.address)
     write(client, "min10", 0, range(5))
@@ -488,7 +486,8 @@ def closed_by_server(payload: bytes, port: int, hello: bool = False,
             received += data
 
 
-def test_garbage_closes_only_that_connection(children: Children, shared: Server) -> None:
+def test_garbage_closes_only_that_connection(children: Children,
+                                             shared: Server) -> None:
     server = shared
     client = children.client(server.address)
     client.insert(net_children.payload(0, 0), {"uniform": 1.0})
@@ -500,7 +499,8 @@ def test_garbage_closes_only_that_connection(children: Children, shared: Server)
     bad_version = HEADER.pack(wire.MAGIC, 255, wire.KIND_CALL, 0, 2, 0) + b"{}"
     truncated = HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 100, 0)
     truncated += b'{"op": "in'
-    not_json = HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 4, 0) + b"\xff"*4
+    not_json = HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 4, 0)
+    not_json += b"\xff" * 4
 
     port = server.port
     for payload in (garbage, huge_json, huge_blob, bad_version, not_json):
@@ -633,7 +633,8 @@ def _run_pickled(client: Client) -> tuple[str, Any]:
             proc.join(timeout=WAIT)
 
 
-def test_pickled_client_works_in_spawned_process(children: Children, shared: Server) -> None:
+def test_pickled_client_works_in_spawned_process(children: Children,
+                                                 shared: Server) -> None:
     server = shared
     client = children.client(server.address)
     assert pickle.loads(pickle.dumps(client)).server_address == server.address
@@ -644,7 +645,8 @@ def test_pickled_client_works_in_spawned_process(children: Children, shared: Ser
 @pytest.mark.xfail(strict=True, reason="Client.__reduce__ pickles only the address: "
                    "token and reconnect_window are lost, so an unpickled client "
                    "of a token server is refused")
-def test_pickled_client_keeps_its_token(children: Children, token_server: Server) -> None:
+def test_pickled_client_keeps_its_token(children: Children,
+                                        token_server: Server) -> None:
     server = token_server
     client = children.client(server.address, token="s3cret", reconnect_window=5.0)
     assert _run_pickled(client) == ("ok", 1)
