@@ -24,6 +24,10 @@ cdef class ChunkHandle:
         return h
 
     @property
+    def key(self) -> int:
+        return self._c.key
+
+    @property
     def meta(self) -> dict:
         return {"key": self._c.key, "episode_id": self._c.episode_id,
                 "first_step": self._c.first_step, "last_step": self._c.last_step,
@@ -247,59 +251,6 @@ def restore_item(TableCore table not None, uint64_t key, double priority,
         fr_trajectory_release(t)
         _raise_for_status(rc, table._ctx(key, priority), None if rc != FR_EINVAL
                           else "duplicate key or table full")
-
-
-def insert_items(TableCore table not None, list items, dict chunks,
-                 timeout=None) -> int:
-    """Insert items sent by another process, in order, through the rate
-    limiter (waiting up to ``timeout``); returns how many were inserted.
-
-    ``items`` are ``(key, priority, columns, structure_id)`` with columns as
-    export_items gives them and chunk ids into ``chunks`` (id ->
-    ChunkHandle).  Every priority and every item is checked before anything
-    is inserted (ValueError / DataLossError), so a bad frame inserts
-    nothing; a timeout part-way keeps the inserted prefix whole."""
-    cdef Py_ssize_t n = len(items), i, built = 0
-    if n == 0:
-        return 0
-    keys = np.empty(n, dtype=np.uint64)
-    prios = np.empty(n, dtype=np.float64)
-    trajs = np.zeros(n, dtype=np.uint64)
-    cdef uint64_t[::1] kv = keys
-    cdef double[::1] pv = prios
-    cdef uint64_t[::1] yv = trajs
-    cdef int rc
-    cdef int64_t tns = _timeout_ns(timeout)
-    cdef int64_t done = 0, bad = -1
-    try:
-        for i in range(n):
-            key, priority, columns, sid = items[i]
-            if type(key) is not int or not 0 <= key < 2**64:
-                raise errors.DataLossError(f"item {i}: bad key {key!r}")
-            if type(priority) is not float and type(priority) is not int:
-                raise errors.DataLossError(f"item {key}: bad priority {priority!r}")
-            if type(sid) is not int or not -2**31 <= sid < 2**31:
-                raise errors.DataLossError(f"item {key}: bad structure id")
-            kv[i], pv[i] = key, priority
-            rc = fr_table_check_priority(table._t, pv[i])
-            if rc != FR_OK:
-                _raise_for_status(rc, table._ctx(key, priority))
-        for i in range(n):
-            key, priority, columns, sid = items[i]
-            yv[i] = <uint64_t><size_t>_build_trajectory(key, columns, chunks, sid)
-            built = i + 1
-        with nogil:
-            rc = fr_table_insert_many(table._t, n, &kv[0], &pv[0], &yv[0], tns,
-                                      &done, &bad)
-        if rc != FR_OK:
-            if bad >= 0:
-                _raise_for_status(rc, table._ctx(kv[bad], pv[bad]))
-            _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
-        return done
-    finally:
-        # Items not inserted still own their trajectory.
-        for i in range(done, built):
-            fr_trajectory_release(<fr_trajectory *><size_t>yv[i])
 
 
 def restore_counters(TableCore table not None, int64_t inserts, int64_t samples,

@@ -53,10 +53,33 @@ def restore_item(
     chunks: dict[int, ChunkHandle],
     structure_id: int = 0,
 ) -> None: ...
-def insert_items(
+ITEM_DTYPE: np.dtype[Any]
+COLUMN_DTYPE: np.dtype[Any]
+SLICE_DTYPE: np.dtype[Any]
+CHUNK_DTYPE: np.dtype[Any]
+
+def export_wire(
+    table: TableCore, max_items: int
+) -> tuple[
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    list[tuple[str, int, tuple[int, ...]]],
+    list[ChunkHandle],
+]: ...
+def pack_chunks(
+    handles: list[ChunkHandle],
+) -> tuple[np.ndarray[Any, Any], bytearray]: ...
+def restore_chunks(
+    store: ChunkStore, chunk_map: dict[int, ChunkHandle], records: Any, data: Any
+) -> None: ...
+def insert_wire(
     table: TableCore,
-    items: list[Any],
-    chunks: dict[int, ChunkHandle],
+    chunk_map: dict[int, ChunkHandle],
+    items: Any,
+    columns: Any,
+    slices: Any,
+    specs: list[Any],
     timeout: float | None = None,
 ) -> int: ...
 def restore_counters(
@@ -277,6 +300,8 @@ class ColumnHistory:
 
 @disjoint_base
 class ChunkHandle:
+    @property
+    def key(self) -> int: ...
     @property
     def meta(self) -> dict[str, Any]: ...
     def data(self) -> bytes: ...

@@ -309,6 +309,9 @@ cdef tuple _shape_of(const fr_spec *spec):
 #                      _writer, _trajwriter.
 #   _checkpoint.pxi    ChunkHandle, checkpoint export/restore.  Needs _table,
 #                      _codec.
+#   _wire.pxi          items and chunks as record arrays for the transport
+#                      (export_wire, pack_chunks, restore_chunks,
+#                      insert_wire).  Needs _table, _codec, _checkpoint.
 include "_outpool.pxi"
 include "_strings.pxi"
 include "_table.pxi"
@@ -321,3 +324,4 @@ include "_history.pxi"
 include "_trajwriter.pxi"
 include "_structured.pxi"
 include "_checkpoint.pxi"
+include "_wire.pxi"

@@ -435,18 +435,20 @@ class Table:
             self._num_samples(num_samples), timeout)
         return SampleInfoBatch(keys, probs, sizes, prios, times), columns, sid
 
-    def export_items(self) -> tuple[list[Any], dict[int, Any]]:
-        """``(items, chunks)`` describing every item and the chunks they
-        reference (``_core.export_items``): what checkpoints and the network
-        transport send."""
-        return _core.export_items(self._core)
+    def export_records(self, max_items: int) -> tuple[Any, ...]:
+        """The oldest ``max_items`` items as record arrays, their column
+        specs and their chunks (``_core.export_wire``): what the network
+        transport sends."""
+        return _core.export_wire(self._core, max_items)
 
-    def insert_items(self, items: list[Any], chunks: dict[int, Any],
-                     timeout: float | None = None) -> int:
-        """Insert items described as :meth:`export_items` does (sent by
-        another process) through the rate limiter; all are checked before
-        any is inserted (``_core.insert_items``)."""
-        return _core.insert_items(self._core, items, chunks, timeout)
+    def insert_records(self, chunk_map: dict[int, Any], items: Any, columns: Any,
+                       slices: Any, specs: list[Any],
+                       timeout: float | None = None) -> int:
+        """Insert items sent as :meth:`export_records` gives them through
+        the rate limiter; every record is checked before any item is
+        inserted (``_core.insert_wire``)."""
+        return _core.insert_wire(self._core, chunk_map, items, columns, slices,
+                                 specs, timeout)
 
     def mutate_priorities(
         self,

@@ -40,6 +40,9 @@ STAGING_ITEMS = 16_384
 #: Chunks a connection asks the server to keep (least recently used first
 #: forgotten; a forgotten chunk is sent again if an item needs it).
 KEEP_CHUNKS = 8_192
+#: Deferred calls (priority updates) a connection sends before it reads
+#: their replies: few enough that the replies never fill a socket buffer.
+MAX_OWED = 32
 #: Items per insert frame at most.
 FRAME_ITEMS = 4_096
 _BUILTIN_ERRORS = {e.__name__: e for e in (
@@ -67,12 +70,34 @@ def _error_from(msg: dict[str, Any]) -> BaseException:
     return errors.InternalError(f"{name}: {text}")
 
 
+def _check_priorities(table: str, p: np.ndarray) -> None:
+    """Priorities are checked before a deferred update leaves (the server
+    checks them again)."""
+    ok = np.isfinite(p) & (p >= 0)
+    if not ok.all():
+        raise errors.InvalidPriorityError(
+            f"table '{table}': priority {float(p[~ok][0])!r} must be finite and >= 0")
+
+
 class _Conn:
     """One connection and the chunks the server keeps for it."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.owed = 0  # replies of deferred calls not read yet
+
+    def settle(self) -> None:
+        """Read the replies owed for deferred calls; raise the first error
+        among them (after reading them all)."""
+        first: BaseException | None = None
+        while self.owed:
+            kind, msg, _ = wire.recv_frame(self.sock)
+            self.owed -= 1
+            if kind == wire.KIND_ERROR and first is None:
+                first = _error_from(msg)
+        if first is not None:
+            raise first
 
     def close(self) -> None:
         try:
@@ -149,18 +174,28 @@ class RemoteBackend:
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
-             build: Any = None) -> tuple[Any, bytearray]:
-        """``(result, blob)`` of call ``op``; reconnects within the window.
-        ``build(conn)`` makes ``(args, blobs)`` per attempt when given."""
+             build: Any = None, defer: bool = False) -> tuple[Any, bytearray]:
+        """``(result, blob)`` of call ``op``; reconnects within the window
+        (counted from the first failure).  ``build(conn)`` makes ``(args,
+        blobs)`` per attempt when given.  A ``defer``red call returns at
+        once: its reply is read before the next call of this thread (or
+        after MAX_OWED such calls), which raises its error if it failed."""
         deadline = time.monotonic() + self._window
+        failed = False
         while True:
             conn = self._conn(deadline)
             if build is not None:
                 args, blobs = build(conn)
             try:
                 conn.sock.settimeout(None if timeout is None else timeout + 10.0)
+                conn.settle()
                 wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
                                 blobs)
+                if defer:
+                    conn.owed += 1
+                    if conn.owed >= MAX_OWED:
+                        conn.settle()
+                    return None, bytearray()
                 kind, msg, blob = wire.recv_frame(conn.sock)
             except TimeoutError:
                 self._drop(conn)
@@ -169,7 +204,12 @@ class RemoteBackend:
                     f"{timeout} s") from None
             except (OSError, wire.FrameError):
                 self._drop(conn)
-                deadline = time.monotonic() + self._window
+                if not failed:  # the window starts at the first failure
+                    failed, deadline = True, time.monotonic() + self._window
+                elif time.monotonic() > deadline:
+                    raise errors.UnavailableError(
+                        f"No fastreplay server at {self._host}:{self._port}: the "
+                        f"connection kept failing for {self._window:g} s") from None
                 continue  # the server went away: reconnect and try again
             if kind == wire.KIND_ERROR:
                 exc = _error_from(msg)
@@ -261,8 +301,9 @@ class RemoteBackend:
         keys = np.fromiter(updates.keys(), np.uint64, len(updates))
         prios = np.fromiter(updates.values(), np.float64, len(updates))
         dels = np.asarray(list(deletes or ()), dtype=np.uint64)
+        _check_priorities(table, prios)
         descs, bufs = wire.pack_arrays([keys, prios, dels])
-        self.call("mutate", {"table": table, "arrays": descs}, bufs)
+        self.call("mutate", {"table": table, "arrays": descs}, bufs, defer=True)
 
     def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
         k = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
@@ -270,8 +311,9 @@ class RemoteBackend:
         if len(k) != len(p):
             raise ValueError(f"keys and priorities differ in length ({len(k)} != "
                              f"{len(p)})")
+        _check_priorities(table, p)
         descs, bufs = wire.pack_arrays([k, p])
-        self.call("update", {"table": table, "arrays": descs}, bufs)
+        self.call("update", {"table": table, "arrays": descs}, bufs, defer=True)
 
     def reset(self, table: str) -> None:
         self.call("reset", {"table": table})
@@ -328,44 +370,33 @@ class Outbox:
         with self._send_lock:
             for name, table in self._staging.items():
                 while len(table):
-                    items, chunks = table.export_items()
-                    for lo in range(0, len(items), FRAME_ITEMS):
-                        part = items[lo:lo + FRAME_ITEMS]
-                        # Taken as a queue's consumer: the oldest items leave
-                        # and the queue's rate limiter lets writers go on.
-                        taken = table.sample(len(part), timeout=0).key
-                        if taken.tolist() != [it[0] for it in part]:
-                            raise errors.InternalError(
-                                f"staging queue '{name}' changed while it was sent")
-                        self._ship(name, part, chunks, timeout)
+                    items, columns, slices, specs, handles = table.export_records(
+                        FRAME_ITEMS)
+                    # Taken as a queue's consumer: the oldest items leave and
+                    # the queue's rate limiter lets the writers go on.
+                    taken = table.sample(len(items), timeout=0).key
+                    if not np.array_equal(taken, items["key"]):
+                        raise errors.InternalError(
+                            f"staging queue '{name}' changed while it was sent")
+                    self._ship(name, (items, columns, slices), specs, handles,
+                               timeout)
 
-    def _ship(self, table: str, items: list[Any], handles: dict[int, Any],
-              timeout: float | None) -> None:
-        metas = {cid: h.meta for cid, h in handles.items()}
-        records = []
-        sids: dict[int, Any] = {}
-        for key, priority, _, columns, sid in items:
-            cols = [[list(spec), squeeze, [[metas[c]["key"], o, n] for c, o, n in sl]]
-                    for spec, squeeze, sl in columns]
-            records.append([key, priority, cols, sid])
-            if sid not in sids:
-                from fastreplay import _structures
+    def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
+              handles: list[Any], timeout: float | None) -> None:
+        from fastreplay import _structures
 
-                sids[sid] = _structures.to_json(sid)
-        used = {metas[c]["key"]: c for _, _, _, columns, _ in items
-                for _, _, sl in columns for c, _, _ in sl}
+        structures = [[int(s), _structures.to_json(int(s))]
+                      for s in np.unique(records[0]["structure"])]
+        used = {h.key for h in handles}
 
-        def build(conn: _Conn) -> tuple[dict[str, Any], list[bytes]]:
-            new, blobs, at = [], [], 0
-            for key, cid in used.items():
-                if key in conn.chunks:
-                    conn.chunks.move_to_end(key)
-                    continue
-                data = handles[cid].data()
-                new.append({**metas[cid], "at": at})
-                blobs.append(data)
-                at += len(data)
-                conn.chunks[key] = None
+        def build(conn: _Conn) -> tuple[dict[str, Any], list[Any]]:
+            new = []
+            for h in handles:
+                if h.key in conn.chunks:
+                    conn.chunks.move_to_end(h.key)
+                else:
+                    new.append(h)
+                    conn.chunks[h.key] = None
             forget = []
             while len(conn.chunks) > KEEP_CHUNKS:
                 key = next(iter(conn.chunks))
@@ -373,9 +404,12 @@ class Outbox:
                     break
                 del conn.chunks[key]
                 forget.append(key)
-            return ({"table": table, "items": records, "chunks": new,
-                     "forget": forget, "structures": list(sids.items()),
-                     "timeout": timeout}, blobs)
+            chunk_records, data = _core.pack_chunks(new)
+            arrays = [*records, chunk_records, np.asarray(forget, dtype=np.uint64)]
+            descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
+            at = sum(b.nbytes for b in bufs)
+            return ({"table": table, "records": descs, "data": [at, len(data)],
+                     "specs": specs, "structures": structures, "timeout": timeout},
+                    [*bufs, data])
 
         self._backend.call("insert", {}, timeout=timeout, build=build)
-

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastreplay import _core, errors
+from fastreplay import _core, _structures, errors
 from fastreplay.net import wire
-from fastreplay.net.codec import info_to_json, structure_to_json
+from fastreplay.net.codec import info_to_json, structure_from_json, structure_to_json
 from fastreplay.replay_sample import SampleInfoBatch
 
 if TYPE_CHECKING:
@@ -176,34 +176,46 @@ class Service:
 
     def _insert(self, args: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
                 ) -> tuple[Any, list[Any]]:
-        """Chunks then items of one writer flush (see remote._Outbox)."""
+        """Chunks then items of one writer flush (remote.Outbox._ship)."""
         table = self._table(args)
         try:
-            for key in args["forget"]:
+            raw = wire.unpack_arrays(args["records"], blob)
+            if len(raw) != 5:
+                raise _ProtocolError("an items frame has five record arrays")
+            items, columns, slices, chunk_records, forget = (
+                _as_records(a, d) for a, d in zip(raw, _RECORD_DTYPES, strict=True))
+            at, n = args["data"]
+            if type(at) is not int or type(n) is not int or not (
+                    0 <= at <= len(blob) and 0 <= n <= len(blob) - at):
+                raise _ProtocolError("chunk data does not fit the frame")
+            for key in forget.tolist():
                 chunks.pop(key, None)
-            for meta in args["chunks"]:
-                off, n = meta.pop("at"), meta["stored_bytes"]
-                if type(off) is not int or off < 0 or off + n > len(blob):
-                    raise _ProtocolError("chunk does not fit the frame")
-                chunks[meta["key"]] = _core.restore_chunk(
-                    self._server.chunk_store, meta, bytes(blob[off:off + n]))
+            _core.restore_chunks(self._server.chunk_store, chunks, chunk_records,
+                                 memoryview(blob)[at:at + n])
             if len(chunks) > MAX_CHUNKS_PER_CONNECTION:
                 raise _ProtocolError("too many chunks kept for one connection")
-            from fastreplay.net.codec import structure_from_json
-            sids = {}
+            mapped = {}
             for local, obj in args["structures"]:
                 structure = structure_from_json(obj)
-                sids[local] = 0 if structure is None else _intern(structure)
-            items = [(k, p, cols, sids[s]) for k, p, cols, s in args["items"]]
+                mapped[local] = (0 if structure is None
+                                 else _structures.intern(structure))
+            local_ids, inverse = np.unique(items["structure"], return_inverse=True)
+            if any(int(s) not in mapped for s in local_ids):
+                raise _ProtocolError("an item names a structure the frame lacks")
+            items["structure"] = np.asarray([mapped[int(s)] for s in local_ids],
+                                            dtype=np.int32)[inverse]
+            specs = args["specs"]
+            if not isinstance(specs, list):
+                raise _ProtocolError("specs are not a list")
+            return table.insert_records(chunks, items, columns, slices, specs,
+                                        timeout=_timeout(args)), []
         except errors.DataLossError as exc:
             raise _ProtocolError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError,
                 wire.FrameError) as exc:
+            if isinstance(exc, errors.ReverbError):
+                raise  # e.g. InvalidPriorityError: the caller's error
             raise _ProtocolError(f"malformed items frame: {exc!r}") from None
-        try:
-            return table.insert_items(items, chunks, timeout=_timeout(args)), []
-        except errors.DataLossError as exc:
-            raise _ProtocolError(str(exc)) from None
 
     def _mutate(self, args: dict[str, Any], blob: bytearray, chunks: Any
                 ) -> tuple[Any, list[Any]]:
@@ -235,6 +247,18 @@ _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
         "reset": Service._reset, "checkpoint": Service._checkpoint}
 
 
+_RECORD_DTYPES = (_core.ITEM_DTYPE, _core.COLUMN_DTYPE, _core.SLICE_DTYPE,
+                  _core.CHUNK_DTYPE, np.dtype(np.uint64))
+
+
+def _as_records(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """Bytes of the wire as records of ``dtype`` (a copy when unaligned)."""
+    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.nbytes % dtype.itemsize:
+        raise _ProtocolError(f"records of {dtype} have a bad size")
+    out = raw.view(dtype)
+    return out if out.flags.aligned else out.copy()
+
+
 def _timeout(args: dict[str, Any]) -> float | None:
     t = args.get("timeout")
     if t is None:
@@ -245,15 +269,7 @@ def _timeout(args: dict[str, Any]) -> float | None:
 
 
 def _structure_of(sid: int) -> Any:
-    from fastreplay import _structures
-
     return _structures.get(sid)
-
-
-def _intern(structure: Any) -> int:
-    from fastreplay import _structures
-
-    return _structures.intern(structure)
 
 
 def _send_error(sock: socket.socket, exc: BaseException) -> None:

@@ -1,0 +1,297 @@
+# Items and chunks in the transport's binary form (fastreplay/net): a
+# client packs the oldest items of a staging queue into record arrays, the
+# server checks every record and inserts the items.  Python touches each
+# call, not each item.  Included by _core.pyx after _checkpoint.pxi.
+# Needs: _table.pxi (TableCore), _codec.pxi (ChunkStore), _checkpoint.pxi
+# (ChunkHandle, _spec_tuple, _spec_kind_ok).
+
+ITEM_DTYPE = np.dtype([("key", "<u8"), ("priority", "<f8"), ("structure", "<i4"),
+                       ("n_columns", "<i4")])
+COLUMN_DTYPE = np.dtype([("spec", "<i4"), ("squeeze", "<i4"), ("n_slices", "<i4")])
+SLICE_DTYPE = np.dtype([("chunk", "<u8"), ("offset", "<i4"), ("length", "<i4")])
+CHUNK_DTYPE = np.dtype([("key", "<u8"), ("episode_id", "<u8"), ("first_step", "<i8"),
+                        ("last_step", "<i8"), ("row_bytes", "<i8"), ("n_rows", "<i4"),
+                        ("compressed", "<i4"), ("stored_bytes", "<i8"), ("at", "<i8")])
+
+cdef packed struct _WItem:
+    uint64_t key
+    double priority
+    int32_t structure
+    int32_t n_columns
+
+cdef packed struct _WCol:
+    int32_t spec
+    int32_t squeeze
+    int32_t n_slices
+
+cdef packed struct _WSlice:
+    uint64_t chunk
+    int32_t offset
+    int32_t length
+
+cdef packed struct _WChunk:
+    uint64_t key
+    uint64_t episode_id
+    int64_t first_step
+    int64_t last_step
+    int64_t row_bytes
+    int32_t n_rows
+    int32_t compressed
+    int64_t stored_bytes
+    int64_t at
+
+# At most this many columns per item and slices per column on the wire.
+DEF _WIRE_MAX_COLUMNS = 1 << 16
+DEF _WIRE_MAX_SLICES = 1 << 20
+
+
+cdef void *_records(object arr, object dtype, str what) except NULL:
+    """The data of a record array of ``dtype`` (FrameError-style
+    DataLossError when it is not one)."""
+    if type(arr) is not np.ndarray or arr.dtype != dtype or arr.ndim != 1:
+        raise errors.DataLossError(f"{what} are not records of {dtype}")
+    if not arr.flags.c_contiguous:
+        raise errors.DataLossError(f"{what} are not contiguous")
+    return <void *><size_t>arr.ctypes.data if len(arr) else <void *>&_EMPTY
+
+
+def export_wire(TableCore table not None, int64_t max_items) -> tuple:
+    """``(items, columns, slices, specs, chunks)`` of the oldest
+    ``max_items`` items of ``table`` (insertion order): record arrays of
+    ITEM_DTYPE, COLUMN_DTYPE and SLICE_DTYPE (slices name chunks by key),
+    the distinct column specs as ``(kind, itemsize, shape)`` and a
+    ChunkHandle per distinct chunk."""
+    cdef int64_t cap = fr_table_size(table._t) + 16, n, i
+    cdef fr_item *buf
+    while True:  # fr_table_items copies (and retains) nothing when cap is short
+        buf = <fr_item *>malloc(cap * sizeof(fr_item))
+        if buf == NULL:
+            raise MemoryError()
+        n = fr_table_items(table._t, buf, cap)
+        if n <= cap:
+            break
+        free(buf)
+        cap = n + 16
+    cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0
+    cdef fr_trajectory *t
+    cdef int32_t ci, si
+    cdef _WItem *iv
+    cdef _WCol *cv
+    cdef _WSlice *sv
+    cdef fr_slice *s
+    specs, spec_ids, chunks, seen = [], {}, [], set()
+    try:
+        for i in range(m):
+            t = <fr_trajectory *><size_t>buf[i].payload
+            if t == NULL:
+                raise ValueError(f"table '{table.name}': item {buf[i].key} has no data")
+            n_cols += t.n_columns
+            for ci in range(t.n_columns):
+                n_slices += t.columns[ci].n_slices
+        items = np.empty(m, ITEM_DTYPE)
+        columns = np.empty(n_cols, COLUMN_DTYPE)
+        slices = np.empty(n_slices, SLICE_DTYPE)
+        iv = <_WItem *>_records(items, ITEM_DTYPE, "items")
+        cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
+        sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
+        n_cols = n_slices = 0
+        for i in range(m):
+            t = <fr_trajectory *><size_t>buf[i].payload
+            iv[i].key, iv[i].priority = buf[i].key, buf[i].priority
+            iv[i].structure, iv[i].n_columns = t.structure_id, t.n_columns
+            for ci in range(t.n_columns):
+                sid = spec_ids.get(<size_t>t.columns[ci].spec)
+                if sid is None:
+                    sid = spec_ids[<size_t>t.columns[ci].spec] = len(specs)
+                    specs.append(_spec_tuple(t.columns[ci].spec))
+                cv[n_cols].spec = sid
+                cv[n_cols].squeeze = t.columns[ci].squeeze
+                cv[n_cols].n_slices = t.columns[ci].n_slices
+                n_cols += 1
+                for si in range(t.columns[ci].first_slice,
+                                t.columns[ci].first_slice + t.columns[ci].n_slices):
+                    s = &t.slices[si]
+                    sv[n_slices].chunk = s.chunk.key
+                    sv[n_slices].offset, sv[n_slices].length = s.offset, s.length
+                    n_slices += 1
+                    if <size_t>s.chunk not in seen:
+                        seen.add(<size_t>s.chunk)
+                        fr_chunk_retain(s.chunk)
+                        chunks.append(ChunkHandle.adopt(s.chunk))
+    finally:
+        for i in range(n):
+            fr_trajectory_payload_release(NULL, buf[i].payload)
+        free(buf)
+    return items, columns, slices, specs, chunks
+
+
+def pack_chunks(list handles) -> tuple:
+    """``(records, data)``: a CHUNK_DTYPE record per ChunkHandle and their
+    stored bytes back to back (``at`` is each one's offset in data)."""
+    cdef Py_ssize_t k, n = len(handles)
+    cdef int64_t total = 0
+    cdef ChunkHandle h
+    for k in range(n):
+        h = handles[k]
+        total += h._c.stored_bytes
+    records = np.empty(n, CHUNK_DTYPE)
+    data = bytearray(total)
+    cdef _WChunk *rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
+    cdef unsigned char[::1] dv = data if total else bytearray(1)
+    total = 0
+    for k in range(n):
+        h = handles[k]
+        rv[k] = _WChunk(h._c.key, h._c.episode_id, h._c.first_step, h._c.last_step,
+                        h._c.row_bytes, h._c.n_rows, h._c.compressed,
+                        h._c.stored_bytes, total)
+        if h._c.stored_bytes:
+            memcpy(&dv[total], h._c.data, h._c.stored_bytes)
+        total += h._c.stored_bytes
+    return records, data
+
+
+def restore_chunks(ChunkStore store not None, dict chunk_map, records, data) -> None:
+    """Rebuild chunks sent by a peer into ``chunk_map`` (key ->
+    ChunkHandle); every field is checked against ``data`` before anything is
+    allocated (DataLossError)."""
+    cdef Py_ssize_t k, n = len(records)
+    cdef const unsigned char[::1] dv = data if len(data) else b"\0"
+    cdef int64_t size = len(data)
+    cdef _WChunk *rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunk records")
+    cdef _WChunk r
+    cdef fr_chunk *c
+    for k in range(n):
+        r = rv[k]
+        if (r.at < 0 or r.stored_bytes < 0 or r.at > size or r.stored_bytes > size - r.at
+                or r.n_rows < 0 or r.compressed not in (0, 1) or
+                (r.row_bytes < 0 and r.row_bytes != FR_VAR_ROWS)):
+            raise errors.DataLossError(f"chunk {r.key}: bad record")
+        c = fr_chunk_restore(store._s, r.key, r.episode_id, r.first_step, r.last_step,
+                             r.row_bytes, r.n_rows, r.compressed,
+                             <const char *>&dv[r.at if r.stored_bytes else 0],
+                             r.stored_bytes)
+        if c == NULL:
+            raise errors.DataLossError(f"chunk {r.key} is inconsistent")
+        chunk_map[r.key] = ChunkHandle.adopt(c)
+
+
+cdef const fr_spec *_wire_spec(object spec, Py_ssize_t i) except NULL:
+    try:
+        kind, itemsize, shape = spec
+        shape = tuple(shape)
+    except (TypeError, ValueError):
+        raise errors.DataLossError(f"spec {i} is malformed") from None
+    if not _spec_kind_ok(kind, itemsize):
+        raise errors.DataLossError(f"spec {i} has unsupported kind {kind!r}")
+    if len(shape) > FR_MAX_NDIM or any(type(d) is not int or not 0 <= d < 2**40
+                                       for d in shape):
+        raise errors.DataLossError(f"spec {i} has a bad shape {shape!r}")
+    cdef fr_spec sp
+    memset(&sp, 0, sizeof(sp))
+    sp.dtype, sp.itemsize, sp.ndim, sp.row_bytes = ord(kind), itemsize, len(shape), itemsize
+    for d in range(len(shape)):
+        sp.shape[d] = shape[d]
+        sp.row_bytes *= shape[d]
+        if sp.row_bytes >= 2**40:
+            raise errors.DataLossError(f"spec {i}: rows are too large")
+    cdef const fr_spec *out = fr_spec_intern(&sp)
+    if out == NULL:
+        raise MemoryError()
+    return out
+
+
+def insert_wire(TableCore table not None, dict chunk_map, items, columns, slices,
+                list specs, timeout=None) -> int:
+    """Check every record, then insert the items (records of
+    export_wire; slices name chunks of ``chunk_map``) through the rate
+    limiter, waiting up to ``timeout``; returns how many were inserted.  A
+    bad record raises DataLossError and inserts nothing; a bad priority
+    raises as Table.insert does and inserts nothing."""
+    cdef Py_ssize_t n = len(items), nc = len(columns), ns = len(slices), k
+    cdef _WItem *iv = <_WItem *>_records(items, ITEM_DTYPE, "items")
+    cdef _WCol *cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
+    cdef _WSlice *sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
+    cdef const fr_spec **sp = <const fr_spec **>malloc(max(len(specs), 1) * sizeof(void *))
+    cdef fr_chunk **ch = <fr_chunk **>malloc(max(ns, 1) * sizeof(void *))
+    cdef uint64_t *keys = <uint64_t *>malloc(max(n, 1) * sizeof(uint64_t))
+    cdef double *prios = <double *>malloc(max(n, 1) * sizeof(double))
+    cdef uint64_t *trajs = <uint64_t *>calloc(max(n, 1), sizeof(uint64_t))
+    cdef Py_ssize_t i, j, q, c, s, built = 0
+    cdef int64_t rows, want, done = 0, bad = -1, tns = _timeout_ns(timeout)
+    cdef int rc
+    cdef ChunkHandle h
+    cdef fr_trajectory *t
+    try:
+        if not sp or not ch or not keys or not prios or not trajs:
+            raise MemoryError()
+        for k in range(len(specs)):
+            sp[k] = _wire_spec(specs[k], k)
+        # Pass 1: every record checked, chunks looked up.
+        c = s = 0
+        for i in range(n):
+            if not 0 < iv[i].n_columns <= _WIRE_MAX_COLUMNS or iv[i].n_columns > nc - c:
+                raise errors.DataLossError(f"item {iv[i].key}: bad column count")
+            rc = fr_table_check_priority(table._t, iv[i].priority)
+            if rc != FR_OK:
+                _raise_for_status(rc, table._ctx(iv[i].key, iv[i].priority))
+            for j in range(iv[i].n_columns):
+                if (not 0 <= cv[c].spec < len(specs) or cv[c].squeeze not in (0, 1) or
+                        not 0 < cv[c].n_slices <= _WIRE_MAX_SLICES or
+                        cv[c].n_slices > ns - s):
+                    raise errors.DataLossError(f"item {iv[i].key}: bad column record")
+                want = FR_VAR_ROWS if fr_spec_is_var(sp[cv[c].spec]) else \
+                    sp[cv[c].spec].row_bytes
+                rows = 0
+                for q in range(cv[c].n_slices):
+                    h = chunk_map.get(sv[s].chunk)
+                    if h is None:
+                        raise errors.DataLossError(
+                            f"item {iv[i].key}: unknown chunk {sv[s].chunk}")
+                    if (sv[s].offset < 0 or sv[s].length < 1 or
+                            sv[s].offset > h._c.n_rows - sv[s].length or
+                            h._c.row_bytes != want):
+                        raise errors.DataLossError(
+                            f"item {iv[i].key}: slice ({sv[s].offset}, "
+                            f"{sv[s].length}) does not fit chunk {sv[s].chunk}")
+                    ch[s] = h._c
+                    rows += sv[s].length
+                    s += 1
+                if rows >= 2**31 or (cv[c].squeeze and rows != 1):
+                    raise errors.DataLossError(f"item {iv[i].key}: bad row count")
+                c += 1
+        if c != nc or s != ns:
+            raise errors.DataLossError("records left over after the last item")
+        # Pass 2: the trajectories (the chunk map holds the chunks meanwhile).
+        c = s = 0
+        for i in range(n):
+            k = 0
+            for j in range(iv[i].n_columns):
+                k += cv[c + j].n_slices
+            t = fr_trajectory_new(iv[i].n_columns, <int32_t>k)
+            if t == NULL:
+                raise MemoryError()
+            t.structure_id = iv[i].structure
+            trajs[i] = <uint64_t><size_t>t
+            built = i + 1
+            keys[i], prios[i] = iv[i].key, iv[i].priority
+            for j in range(iv[i].n_columns):
+                t.columns[j].spec = sp[cv[c].spec]
+                t.columns[j].squeeze = cv[c].squeeze
+                for q in range(cv[c].n_slices):
+                    fr_trajectory_push_slice(t, <int32_t>j, ch[s], sv[s].offset,
+                                             sv[s].length)
+                    s += 1
+                c += 1
+        if n == 0:
+            return 0
+        with nogil:
+            rc = fr_table_insert_many(table._t, n, keys, prios, trajs, tns, &done, &bad)
+        if rc != FR_OK:
+            if bad >= 0:
+                _raise_for_status(rc, table._ctx(keys[bad], prios[bad]))
+            _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
+        return done
+    finally:
+        for i in range(done, built):
+            fr_trajectory_release(<fr_trajectory *><size_t>trajs[i])
+        free(sp); free(ch); free(keys); free(prios); free(trajs)
