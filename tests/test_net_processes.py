@@ -292,6 +292,8 @@ def test_priorities_across_processes(children: Children, shared: Server) -> None
         client.mutate_priorities("prio", updates={keys[2]: -1.0})
     with pytest.raises(ValueError, match="nope"):
         client.update_priorities("nope", [keys[1]], [1.0])
+        # A deferred update reports its error at the thread's next call.
+        client.server_info()
     info, _ = client.sample_batch("prio", 64, timeout=WAIT)
     for k, p in zip(info.key.tolist(), info.priority.tolist(), strict=True):
         assert p == want[k]
