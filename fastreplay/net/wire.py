@@ -76,41 +76,43 @@ def send_frame(sock: socket.socket, kind: int, message: Any,
         sock.sendall(v)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got, n = 0, view.nbytes
     while got < n:
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise FrameError("connection closed in the middle of a frame"
                              if got else "connection closed")
         got += k
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    _recv_into(sock, memoryview(buf))
     return buf
 
 
-def _recv_blob(sock: socket.socket, n: int) -> bytearray:
-    """n bytes, the buffer growing only as they arrive."""
-    if n <= _STEP:
-        return _recv_exact(sock, n)
-    buf = bytearray()
-    while len(buf) < n:
-        want = min(_STEP, n - len(buf))
-        start = len(buf)
-        buf.extend(bytes(want))  # allocated only after the previous step arrived
-        view = memoryview(buf)[start:]
-        got = 0
-        while got < want:
-            k = sock.recv_into(view[got:], want - got)
-            if k == 0:
-                raise FrameError("connection closed in the middle of a frame")
-            got += k
-        del view
-    return buf
+def _recv_blob(sock: socket.socket, n: int) -> Any:
+    """n bytes as a writable uint8 array.  Up to _STEP * 4 bytes are
+    allocated at once (untouched pages cost nothing until data arrives);
+    beyond, the buffer grows by _STEP only as bytes arrive, so a peer that
+    declares gigabytes and sends nothing costs nothing."""
+    if n <= 4 * _STEP:
+        buf = np.empty(n, np.uint8)
+        _recv_into(sock, buf.data)
+        return buf
+    parts = []
+    left = n
+    while left:
+        part = np.empty(min(_STEP, left), np.uint8)
+        _recv_into(sock, part.data)
+        parts.append(part)
+        left -= part.nbytes
+    return np.concatenate(parts)
 
 
 def recv_frame(sock: socket.socket, max_blob: int | None = None
-               ) -> tuple[int, Any, bytearray]:
+               ) -> tuple[int, Any, Any]:
     """``(kind, message, blob)`` of the next frame; FrameError when the peer
     closed or sent something that is not a valid frame."""
     head = _recv_exact(sock, _HEADER.size)
@@ -156,7 +158,7 @@ def pack_arrays(arrays: list[np.ndarray], start: int = 0
     return descs, bufs
 
 
-def unpack_arrays(descs: Any, blob: bytearray) -> list[np.ndarray]:
+def unpack_arrays(descs: Any, blob: Any) -> list[np.ndarray]:
     """The arrays ``descs`` describe in ``blob`` (views, no copy); FrameError
     for a descriptor that does not fit."""
     if not isinstance(descs, list):
@@ -179,7 +181,8 @@ def unpack_arrays(descs: Any, blob: bytearray) -> list[np.ndarray]:
             size *= s
         if size != nbytes or off < 0 or off + nbytes > len(blob):
             raise FrameError(f"array descriptor {d!r} does not fit the frame")
-        out.append(np.frombuffer(blob, dtype=dtype, count=size // max(dtype.itemsize, 1)
-                                 if dtype.itemsize else 0,
+        if dtype.itemsize == 0:
+            raise FrameError(f"dtype {dtype_s!r} has no size")
+        out.append(np.frombuffer(blob, dtype=dtype, count=size // dtype.itemsize,
                                  offset=off).reshape(shape))
     return out
