@@ -135,12 +135,8 @@ class Children:
         return c
 
     def close_clients(self) -> None:
-        # Client has no close(): a dropped remote client keeps its sockets
-        # and outbox thread, so its backend is closed here.
         for c in self.clients:
-            backend = c._backend_found
-            if backend is not None and hasattr(backend, "close"):
-                backend.close()
+            c.close()
 
     def server(self, **args: Any) -> Server:
         return Server(self.started, **args)
