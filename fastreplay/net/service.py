@@ -122,7 +122,7 @@ class Service:
 
     def _hello(self, sock: socket.socket) -> None:
         sock.settimeout(10.0)  # a peer that says nothing is dropped
-        _, msg, _ = wire.recv_frame(sock, max_blob=0)
+        _, msg, _ = wire.recv_frame(sock, max_blob=0, max_json=wire.MAX_HELLO_BYTES)
         sock.settimeout(None)
         if msg.get("op") != "hello":
             raise wire.FrameError("first frame is not a hello")

@@ -32,6 +32,8 @@ _KINDS = (KIND_CALL, KIND_REPLY, KIND_ERROR)
 
 #: The largest JSON part of a frame (a call's items and chunk records).
 MAX_JSON_BYTES = 64 << 20
+#: The largest JSON part of a connection's first frame (its hello).
+MAX_HELLO_BYTES = 64 << 10
 #: Default largest blob (chunk bytes, a sampled batch): 4 GiB;
 #: ``FASTREPLAY_MAX_FRAME_BYTES`` changes it.
 _DEFAULT_MAX_BLOB = 4 << 30
@@ -111,8 +113,8 @@ def _recv_blob(sock: socket.socket, n: int) -> Any:
     return np.concatenate(parts)
 
 
-def recv_frame(sock: socket.socket, max_blob: int | None = None
-               ) -> tuple[int, Any, Any]:
+def recv_frame(sock: socket.socket, max_blob: int | None = None,
+               max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
     """``(kind, message, blob)`` of the next frame; FrameError when the peer
     closed or sent something that is not a valid frame."""
     head = _recv_exact(sock, _HEADER.size)
@@ -124,16 +126,16 @@ def recv_frame(sock: socket.socket, max_blob: int | None = None
                          f"speaks {VERSION})")
     if kind not in _KINDS:
         raise FrameError(f"unknown frame kind {kind}")
-    if json_len > MAX_JSON_BYTES:
+    if json_len > max_json:
         raise FrameError(f"frame declares {json_len} bytes of JSON "
-                         f"(at most {MAX_JSON_BYTES})")
+                         f"(at most {max_json})")
     limit = max_blob_bytes() if max_blob is None else max_blob
     if blob_len > limit:
         raise FrameError(f"frame declares {blob_len} bytes of data (at most {limit}; "
                          "FASTREPLAY_MAX_FRAME_BYTES raises the limit)")
-    body = _recv_exact(sock, json_len)
+    body = _recv_blob(sock, json_len)  # pages touched only as bytes arrive
     try:
-        message = json.loads(body)
+        message = json.loads(body.tobytes())
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"frame JSON is malformed: {exc}") from None
     if not isinstance(message, dict):
