@@ -535,13 +535,10 @@ def _rss_mib(pid: int) -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.xfail(strict=True, reason=(
-    "wire.recv_frame allocates the declared JSON part (up to MAX_JSON_BYTES, "
-    "64 MiB) before any of it arrives (_recv_exact's bytearray(n)), also for "
-    "the hello of a token server: each 20-byte header held open makes the "
-    "server allocate 64 MiB until the 10 s hello timeout"))
 def test_declared_sizes_cost_nothing_before_bytes_arrive(
         children: Children, token_server: Server) -> None:
+    """Regression: recv_frame allocated a declared JSON part (up to 64 MiB)
+    before any of it arrived, also for a token server's hello."""
     pid = token_server.proc.pid
     header = HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0,
                          wire.MAX_JSON_BYTES, 0)
@@ -640,11 +637,10 @@ def test_pickled_client_works_in_spawned_process(children: Children,
     assert client.server_info()["queue"].num_inserts == 1
 
 
-@pytest.mark.xfail(strict=True, reason="Client.__reduce__ pickles only the address: "
-                   "token and reconnect_window are lost, so an unpickled client "
-                   "of a token server is refused")
 def test_pickled_client_keeps_its_token(children: Children,
                                         token_server: Server) -> None:
+    """Regression: Client pickled only its address (token and
+    reconnect_window were lost)."""
     server = token_server
     client = children.client(server.address, token="s3cret", reconnect_window=5.0)
     assert _run_pickled(client) == ("ok", 1)
@@ -653,14 +649,13 @@ def test_pickled_client_keeps_its_token(children: Children,
 # ----- writer flush timeouts against a full remote table -----
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "remote.Outbox: a flush(timeout_ms) whose items the outbox thread already "
-    "shipped (insert sent with timeout None, blocked by the server's rate "
-    "limiter) waits on Outbox._send_lock without bound; and when flush ships "
-    "them itself, the items the server did not insert before the timeout are "
-    "dropped instead of being inserted later as in process"))
+@pytest.mark.parametrize("shipped_by", ["flush", "outbox"])
 def test_flush_timeout_on_full_remote_table_is_bounded_and_keeps_items(
-        children: Children, shared: Server) -> None:
+        children: Children, shared: Server, shipped_by: str) -> None:
+    """Regression: flush(timeout_ms) blocked without bound when the outbox
+    thread had already shipped the items (its insert waiting on the server's
+    rate limiter), and items the server had not inserted by the timeout were
+    dropped when flush shipped them itself (in process they go in later)."""
     server = shared
     client = children.client(server.address)
     other = children.client(server.address)
@@ -669,6 +664,11 @@ def test_flush_timeout_on_full_remote_table_is_bounded_and_keeps_items(
         writer.append(net_children.payload(0, i))
         writer.create_item("tiny", 1.0, {"obs": writer.history["obs"][-1],
                                          "a": writer.history["a"][-1]})
+    if shipped_by == "outbox":  # wait until the outbox thread is blocked
+        deadline = time.monotonic() + WAIT
+        while other.server_info()["tiny"].current_size < 5:
+            assert time.monotonic() < deadline, "the outbox shipped nothing"
+            time.sleep(0.01)
     outcome: list[BaseException | None] = []
 
     def flush() -> None:
