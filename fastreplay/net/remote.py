@@ -402,6 +402,7 @@ class RemoteBackend:
 
     def mutate_priorities(self, table: str, updates: Mapping[int, float] | None,
                           deletes: Iterable[int] | None) -> None:
+        self.table_info(table)  # an unknown table fails here, not deferred
         updates = dict(updates or {})
         keys = np.fromiter(updates.keys(), np.uint64, len(updates))
         prios = np.fromiter(updates.values(), np.float64, len(updates))
@@ -411,6 +412,7 @@ class RemoteBackend:
         self.call("mutate", {"table": table, "arrays": descs}, bufs, defer=True)
 
     def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
+        self.table_info(table)  # an unknown table fails here, not deferred
         k = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
         p = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
         if len(k) != len(p):
