@@ -11,7 +11,7 @@ priorities back over the port.
 Each child talks to this process over one pipe: it says when it is ready
 (connected, frames made), reports its counts for the progress line, and
 sends its final counts and peak memory when told to stop.  A child whose
-pipe closes (this process died) stops by itself.  Every wait is bounded: a
+pipe closes (this process died) exits at once.  Every wait is bounded: a
 child that does not start, fails or does not stop in time makes the demo
 stop every child (terminate, then kill) and raise ``DemoError``; Ctrl-C
 does the same and raises KeyboardInterrupt.  No child outlives the demo.
@@ -105,17 +105,17 @@ def _run_child(role: str, index: int, address: str, cfg: DemoConfig,
         frames = atari_frames(256, seed=cfg.seed, shape=cfg.obs_shape)
         worker = _Actor(index, client, cfg, frames, stop)  # connects (staging)
     else:
-        worker = _Learner(client, cfg, stop)
+        worker = _ProcessLearner(client, cfg, stop)
         client.server_info()  # an unreachable server fails before the start
     conn.send({"kind": "ready"})
-    if not _wait_for(conn, "go"):
+    if _recv(conn) != "go":
         return {"error": None, **_counts(worker)}
     worker.start()
     sent = -1
     told_to_stop = False
     while worker.is_alive() and worker.error is None:
         if conn.poll(REPORT_EVERY):
-            told_to_stop = True  # "stop", or EOF: the parent is gone
+            told_to_stop = _recv(conn) == "stop"
             break
         count = worker.steps if isinstance(worker, _Actor) else worker.samples
         if count != sent:
@@ -139,11 +139,16 @@ def _run_child(role: str, index: int, address: str, cfg: DemoConfig,
     if not told_to_stop:
         return {"error": f"{worker.name} stopped before it was told to",
                 **_counts(worker)}
-    if isinstance(worker, _Learner):
-        # Priority updates are deferred calls: one more call reads their
-        # replies, so every update is applied before the counts are read.
-        client.server_info()
     return {"error": None, **_counts(worker)}
+
+
+class _ProcessLearner(_Learner):
+    def _learn(self) -> None:
+        super()._learn()
+        # Priority updates are deferred calls: one more call on this
+        # thread's connection reads their replies, so every update has been
+        # applied when the server's counts are read.
+        self.client.server_info()
 
 
 def _where(thread: threading.Thread) -> str:
@@ -151,12 +156,13 @@ def _where(thread: threading.Thread) -> str:
     return "".join(traceback.format_stack(frame)).rstrip() if frame else "?"
 
 
-def _wait_for(conn: Connection, what: str) -> bool:
-    """Whether ``what`` arrived (False on "stop" or a closed pipe)."""
+def _recv(conn: Connection) -> str:
+    """The parent's next word; exits at once when the parent is gone (its
+    server went with it, and there is no one to report to)."""
     try:
-        return bool(conn.recv() == what)
+        return str(conn.recv())
     except (EOFError, OSError):
-        return False
+        os._exit(1)
 
 
 def _counts(worker: _Actor | _Learner) -> dict[str, Any]:
@@ -258,7 +264,7 @@ def _sigint_ignored() -> Iterator[None]:
 def _wait_any(children: list[_Child], timeout: float) -> None:
     """Wait up to ``timeout`` s for a message or a child's exit."""
     handles: list[Any] = [c.conn for c in children if not c.closed]
-    handles += [c.process.sentinel for c in children]
+    handles += [c.process.sentinel for c in children if c.report is None]
     wait(handles, timeout=max(timeout, 0.0))
     for c in children:
         c.drain()

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32",
 
 #: A small, quick job: 2 actors of 16x16x4 frames, short episodes.
 ARGS = ("demo", "--processes", "--actors", "2", "--obs-shape", "16,16,4",
-        "--batch-size", "32", "--max-size", "5000")
+        "--batch-size", "32")
 PIDS_LINE = re.compile(r"server 127\.0\.0\.1:\d+ \(pid (\d+)\), actor pids "
                        r"([\d, ]+), learner pid (\d+)")
 
@@ -155,7 +155,10 @@ def test_processes_demo_reports_a_consistent_summary(tmp_path: Path) -> None:
     assert 0 < s["items_inserted"] <= s["items_created"] <= s["steps"]
     assert server["samples"] == s["samples"] == s["priority_updates"]
     assert s["samples"] <= s["batches"] * s["batch_size"]
-    assert server["updates"] <= s["priority_updates"]
+    # Nothing was evicted (2 s of steps < 100,000 items), so every update
+    # found its item; the learner read its updates' replies before reporting.
+    assert s["evictions"] == 0
+    assert server["updates"] == s["priority_updates"]
     # SampleToInsertRatio(1.0, min_size_to_sample=1000, error_buffer=1000)
     # allows samples <= inserts <= samples + 2000 at every moment.
     assert s["samples"] <= s["items_inserted"] <= s["samples"] + 2000
@@ -182,7 +185,7 @@ def test_a_killed_actor_stops_the_demo_and_every_child(tmp_path: Path) -> None:
 def test_ctrl_c_stops_every_child_and_exits_non_zero(tmp_path: Path) -> None:
     demo = _Demo(*ARGS, "--duration", "60", cwd=tmp_path)
     _, actor_pids, learner_pid = demo.pids()
-    time.sleep(1.0)
+    # While the children start: they ignore SIGINT from birth (inherited).
     # A terminal's Ctrl-C: SIGINT to the whole foreground process group.
     os.killpg(demo.proc.pid, signal.SIGINT)
     code, out, err = demo.finish()
@@ -191,3 +194,14 @@ def test_ctrl_c_stops_every_child_and_exits_non_zero(tmp_path: Path) -> None:
     assert "Traceback" not in err  # the children ignore SIGINT: no noise
     assert "steps:" not in out
     assert not _gone([*actor_pids, learner_pid])
+
+
+def test_children_exit_when_the_demo_process_is_killed(tmp_path: Path) -> None:
+    # SIGKILL leaves the demo no chance to stop anyone: each child sees its
+    # pipe to the demo close and exits by itself.
+    demo = _Demo(*ARGS, "--duration", "60", cwd=tmp_path)
+    _, actor_pids, learner_pid = demo.pids()
+    demo.proc.kill()
+    code, _, _ = demo.finish()
+    assert code == -signal.SIGKILL
+    assert not _gone([*actor_pids, learner_pid], timeout=20.0)
