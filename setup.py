@@ -39,6 +39,8 @@ core = Extension(
     depends=[*glob.glob("csrc/*.h"), "fastreplay/_csrc.pxd",
              *glob.glob("fastreplay/*.pxi")],
     include_dirs=["csrc"],
+    # shm_open lives in librt before glibc 2.34 (an empty stub after).
+    libraries=["rt"] if sys.platform.startswith("linux") else [],
     extra_compile_args=compile_args,
     extra_link_args=link_args,
 )

@@ -312,6 +312,8 @@ cdef tuple _shape_of(const fr_spec *spec):
 #   _wire.pxi          items and chunks as record arrays for the transport
 #                      (export_wire, pack_chunks, restore_chunks,
 #                      insert_wire).  Needs _table, _codec, _checkpoint.
+#   _shm.pxi           SharedSegment (shared-memory batches).  Needs
+#                      _outpool (buffer flags).
 include "_outpool.pxi"
 include "_strings.pxi"
 include "_table.pxi"
@@ -325,3 +327,4 @@ include "_trajwriter.pxi"
 include "_structured.pxi"
 include "_checkpoint.pxi"
 include "_wire.pxi"
+include "_shm.pxi"

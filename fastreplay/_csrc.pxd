@@ -34,6 +34,15 @@ cdef extern from "fr_common.h" nogil:
     void fr_interrupt_install(fr_interrupt_fn hook)
 
 
+cdef extern from "shm.h" nogil:
+    enum:
+        FR_SHM_NAME_MAX
+    void *fr_shm_create(const char *name, size_t size, int writable)
+    void *fr_shm_attach(const char *name, size_t size, int writable)
+    int fr_shm_unlink(const char *name)
+    void fr_shm_unmap(void *p, size_t size)
+
+
 cdef extern from "mem.h" nogil:
     void *fr_alloc_large(size_t n)
     void fr_free_large(void *p, size_t n)

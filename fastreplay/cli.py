@@ -1,8 +1,12 @@
-"""The ``fastreplay`` command: ``demo``, ``bench`` and ``info``.
+"""The ``fastreplay`` command: ``demo``, ``bench``, ``info``, ``serve`` and
+``stats``.
 
 ``fastreplay demo`` runs actors and a learner on the embedded default,
 ``fastreplay bench`` measures the standard workloads on fastreplay and every
-installed peer, ``fastreplay info`` reports versions, build and peers.
+installed peer, ``fastreplay info`` reports versions, build and peers,
+``fastreplay serve`` runs a server for clients in other processes and
+``fastreplay stats`` shows a running server's tables
+(``fastreplay.serve_cli``).
 ``python -m fastreplay`` is the same command.
 """
 
@@ -14,6 +18,8 @@ import json
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from fastreplay import serve_cli
 
 __all__ = ["main"]
 
@@ -70,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastreplay",
         description="Fast experience replay with Reverb's API: run the demo, "
-                    "benchmark against peers, or show the installation.")
+                    "benchmark against peers, show the installation, run a "
+                    "replay server or look at one.")
     parser.add_argument("--version", action="version",
                         version=f"fastreplay {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -126,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="versions, build flags and installed peers")
     info.add_argument("--json", action="store_true", help="print JSON instead")
+    serve_cli.add_parsers(sub)
     return parser
 
 
@@ -230,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "bench":
             return _bench(args, parser)
+        if args.command == "serve":
+            return serve_cli.run_serve(args, parser)
+        if args.command == "stats":
+            return serve_cli.run_stats(args)
         return _info(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

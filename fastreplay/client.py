@@ -94,6 +94,21 @@ class Client:
     def server_address(self) -> str:
         return self._server_address
 
+    def close(self) -> None:
+        """Close the connections to a server of another process (items its
+        writers staged are shipped first).  Later calls connect again."""
+        with self._backend_lock:
+            backend, self._backend_found = self._backend_found, None
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def __reduce__(self) -> tuple[Any, ...]:
         return Client, (self._server_address,)
 

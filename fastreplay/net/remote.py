@@ -18,10 +18,13 @@ forever on a dead server.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
+import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,11 +46,22 @@ KEEP_CHUNKS = 8_192
 #: Deferred calls (priority updates) a connection sends before it reads
 #: their replies: few enough that the replies never fill a socket buffer.
 MAX_OWED = 32
+#: Batches at least this large come through shared memory when the server
+#: is on this host (``FASTREPLAY_SHM=0`` turns it off).
+SHM_MIN_BYTES = 1 << 20
+#: Free segments a connection keeps.
+SHM_KEEP = 3
+_LOOPBACK = ("127.0.0.1", "::1")
+_counter = itertools.count()
 #: Items per insert frame at most.
 FRAME_ITEMS = 4_096
 _BUILTIN_ERRORS = {e.__name__: e for e in (
     ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
     MemoryError, TimeoutError)}
+
+
+class RefusedError(errors.UnavailableError):
+    """The server refused the connection (a wrong or missing token)."""
 
 
 def _window() -> float:
@@ -86,6 +100,9 @@ class _Conn:
         self.sock = sock
         self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.owed = 0  # replies of deferred calls not read yet
+        # Shared-memory segments the server attached for this connection,
+        # free for the next batch (in use while a sampled array views one).
+        self.free: list[Any] = []
 
     def settle(self) -> None:
         """Read the replies owed for deferred calls; raise the first error
@@ -122,6 +139,9 @@ class RemoteBackend:
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
         self._store = _core.ChunkStore()
+        self._shm = (self._host in _LOOPBACK or self._host.startswith("127.")) and \
+            os.environ.get("FASTREPLAY_SHM", "1") != "0"
+        self._batch_bytes: dict[tuple[str, int], int] = {}
 
     # ----- connections -----
 
@@ -141,7 +161,7 @@ class RemoteBackend:
                 sock.settimeout(None)
                 if kind == wire.KIND_ERROR:
                     sock.close()
-                    raise _error_from(msg)
+                    raise RefusedError(str(msg.get("message")))
                 conn = _Conn(sock)
                 with self._lock:
                     self._conns.append(conn)
@@ -174,7 +194,7 @@ class RemoteBackend:
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
-             build: Any = None, defer: bool = False) -> tuple[Any, bytearray]:
+             build: Any = None, defer: bool = False) -> tuple[Any, Any]:
         """``(result, blob)`` of call ``op``; reconnects within the window
         (counted from the first failure).  ``build(conn)`` makes ``(args,
         blobs)`` per attempt when given.  A ``defer``red call returns at
@@ -218,8 +238,21 @@ class RemoteBackend:
                 raise exc
             return msg.get("result"), blob
 
-    def close(self) -> None:
+    def __del__(self) -> None:
+        try:
+            self.close(ship=False)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def close(self, ship: bool = True) -> None:
+        """Stop shipping (with ``ship``, what is staged is sent first) and
+        close every connection."""
         if self._outbox is not None:
+            if ship:
+                try:
+                    self._outbox.flush(None)
+                except errors.ReverbError:
+                    pass
             self._outbox.close()
         with self._lock:
             conns, self._conns = self._conns, []
@@ -233,6 +266,8 @@ class RemoteBackend:
             saved, self._window = self._window, float(timeout)
             try:
                 result, _ = self._info_call()
+            except RefusedError:
+                raise
             except errors.UnavailableError:
                 raise errors.DeadlineExceededError(
                     "ServerInfo call did not complete within provided timeout of "
@@ -245,7 +280,7 @@ class RemoteBackend:
         self._infos = infos
         return infos
 
-    def _info_call(self) -> tuple[Any, bytearray]:
+    def _info_call(self) -> tuple[Any, Any]:
         return self.call("info", {})
 
     def table_info(self, table: str) -> TableInfo:
@@ -275,13 +310,51 @@ class RemoteBackend:
 
     def sample_batch(self, table: str, n: int, timeout: float | None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
-        result, blob = self.call("sample_batch",
-                                 {"table": table, "n": n, "timeout": timeout},
-                                 timeout=timeout)
-        arrays = wire.unpack_arrays(result["arrays"], blob)
+        args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
+        segment = None
+        want = self._batch_bytes.get((table, n), 0)
+        if self._shm and want >= SHM_MIN_BYTES:
+            segment = self._lease(want)
+            if segment is not None:
+                args["shm"] = segment[1].name
+        result, blob = self.call("sample_batch", args, timeout=timeout)
+        self._batch_bytes[(table, n)] = int(result["nbytes"])
+        if segment is not None and result.get("shm") == segment[1].name:
+            arrays = _segment_arrays(result["arrays"], *segment)
+        else:
+            if segment is not None:
+                segment[0].free.append(segment[1])
+            arrays = wire.unpack_arrays(result["arrays"], blob)
         k = result["n_info"]
         return (SampleInfoBatch(*arrays[:k]), arrays[k:],
                 structure_from_json(result["structure"]))
+
+    def _lease(self, nbytes: int) -> tuple[_Conn, Any] | None:
+        """A free segment of this thread's connection holding ``nbytes``,
+        made and attached when there is none; None when the server can't
+        map it (another host or container): batches then come over the
+        socket."""
+        conn = self._conn(time.monotonic() + self._window)
+        for i, seg in enumerate(conn.free):
+            if seg.size >= nbytes:
+                return conn, conn.free.pop(i)
+        size = -(-(nbytes + nbytes // 4) // (1 << 20)) << 20
+        name = f"/fastreplay-{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
+        try:
+            seg = _core.SharedSegment.create(name, size)
+        except OSError:
+            self._shm = False
+            return None
+        try:
+            self.call("shm_attach", {"name": name, "size": size})
+        except (errors.ReverbError, OSError):
+            self._shm = False
+            return None
+        finally:
+            seg.unlink()  # mapped by both sides now: the name is not needed
+        if getattr(self._local, "conn", None) is not conn:
+            return None  # reconnected meanwhile: attached on a closed connection
+        return conn, seg
 
     def sample_items(self, table: str, n: int, timeout: float | None = None
                      ) -> list[ReplaySample]:
@@ -321,6 +394,20 @@ class RemoteBackend:
     def checkpoint(self) -> str:
         result, _ = self.call("checkpoint", {})
         return str(result)
+
+
+def _segment_arrays(descs: Any, conn: _Conn, segment: Any) -> list[np.ndarray]:
+    """Read-only views of a batch the server wrote into ``segment``; the
+    segment goes back to ``conn``'s free list when the last view is gone."""
+    holder = np.frombuffer(segment, np.uint8)
+    arrays = wire.unpack_arrays(descs, holder)
+    weakref.finalize(holder, _give_back, conn, segment)
+    return arrays
+
+
+def _give_back(conn: _Conn, segment: Any) -> None:
+    if len(conn.free) < SHM_KEEP:
+        conn.free.append(segment)
 
 
 class Outbox:

@@ -33,6 +33,15 @@ __all__ = ["Service"]
 MAX_CHUNKS_PER_CONNECTION = 1 << 20
 
 
+class _State:
+    """What one connection keeps between calls: chunks for items still to
+    come and the shared-memory segments its client attached."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, Any] = {}
+        self.segments: dict[str, Any] = {}
+
+
 class _ProtocolError(Exception):
     """The peer broke the protocol: reply with the error, then close."""
 
@@ -86,7 +95,7 @@ class Service:
     # ----- one connection -----
 
     def _serve(self, sock: socket.socket) -> None:
-        chunks: dict[int, Any] = {}  # chunk key -> ChunkHandle, for coming items
+        state = _State()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -94,7 +103,7 @@ class Service:
             while True:
                 _, msg, blob = wire.recv_frame(sock)
                 try:
-                    result, blobs = self._call(msg, blob, chunks)
+                    result, blobs = self._call(msg, blob, state)
                 except _ProtocolError as exc:
                     _send_error(sock, errors.DataLossError(str(exc)))
                     return
@@ -105,14 +114,15 @@ class Service:
         except (OSError, wire.FrameError):
             pass  # peer gone or garbage: drop this connection only
         finally:
-            chunks.clear()
+            state.chunks.clear()
+            state.segments.clear()
             with self._lock:
                 self._conns.discard(sock)
             sock.close()
 
     def _hello(self, sock: socket.socket) -> None:
         sock.settimeout(10.0)  # a peer that says nothing is dropped
-        _, msg, _ = wire.recv_frame(sock, max_blob=0)
+        _, msg, _ = wire.recv_frame(sock, max_blob=0, max_json=wire.MAX_HELLO_BYTES)
         sock.settimeout(None)
         if msg.get("op") != "hello":
             raise wire.FrameError("first frame is not a hello")
@@ -134,7 +144,7 @@ class Service:
                              f"exists: {', '.join(sorted(tables))}")
         return tables[name]
 
-    def _call(self, msg: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+    def _call(self, msg: dict[str, Any], blob: Any, state: _State
               ) -> tuple[Any, list[Any]]:
         op, args = msg.get("op"), msg.get("args")
         if not isinstance(args, dict):
@@ -142,27 +152,59 @@ class Service:
         handler = _OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             raise _ProtocolError(f"unknown call {op!r}")
-        return handler(self, args, blob, chunks)
+        return handler(self, args, blob, state)
 
     # ----- calls -----
 
-    def _info(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _info(self, args: dict[str, Any], blob: Any, state: _State
               ) -> tuple[Any, list[Any]]:
         return {n: info_to_json(t.info) for n, t in self._server.tables.items()}, []
 
-    def _sample_batch(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _sample_batch(self, args: dict[str, Any], blob: Any, state: _State
                       ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         info, columns, sid = table.sample_batch(int(args["n"]),
                                                 timeout=_timeout(args))
         structure = (table.signature if table.signature is not None
                      else _structure_of(sid))
-        descs, bufs = wire.pack_arrays([*info, *columns])
-        return {"arrays": descs, "n_info": len(SampleInfoBatch._fields),
-                "structure": structure_to_json(structure),
-                "n_leaves": len(columns)}, bufs
+        arrays = [*info, *columns]
+        reply = {"n_info": len(SampleInfoBatch._fields),
+                 "structure": structure_to_json(structure),
+                 "n_leaves": len(columns),
+                 "nbytes": _shm_layout(arrays)[1]}
+        segment = state.segments.get(args.get("shm"))  # type: ignore[arg-type]
+        if segment is not None:
+            offsets, total = _shm_layout(arrays)
+            if total <= segment.size:
+                # Into the client's segment: no bytes on the socket.
+                target = np.frombuffer(segment, np.uint8)
+                descs = []
+                for a, off in zip(arrays, offsets, strict=True):
+                    a = np.ascontiguousarray(a)
+                    target[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+                    descs.append([a.dtype.str, list(a.shape), off, a.nbytes])
+                return {**reply, "arrays": descs, "shm": segment.name}, []
+        descs, bufs = wire.pack_arrays(arrays)
+        return {**reply, "arrays": descs}, bufs
 
-    def _sample_items(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _shm_attach(self, args: dict[str, Any], blob: Any, state: _State
+                    ) -> tuple[Any, list[Any]]:
+        """Map the client's segment (same host only; OSError otherwise)."""
+        name, size = args.get("name"), args.get("size")
+        if (not isinstance(name, str) or not name.startswith("/fastreplay-") or
+                type(size) is not int or not 0 < size <= wire.max_blob_bytes()):
+            raise _ProtocolError("bad shared-memory segment")
+        if len(state.segments) >= 8:  # a client keeps a few; drop the oldest
+            state.segments.pop(next(iter(state.segments)))
+        state.segments[name] = _core.SharedSegment.attach(name, size)
+        return None, []
+
+    def _shm_detach(self, args: dict[str, Any], blob: Any, state: _State
+                    ) -> tuple[Any, list[Any]]:
+        state.segments.pop(args.get("name"), None)  # type: ignore[arg-type]
+        return None, []
+
+    def _sample_items(self, args: dict[str, Any], blob: Any, state: _State
                       ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         samples = table.sample_items(int(args["n"]), timeout=_timeout(args))
@@ -174,10 +216,11 @@ class Service:
         descs, bufs = wire.pack_arrays(arrays)
         return {"items": items, "arrays": descs}, bufs
 
-    def _insert(self, args: dict[str, Any], blob: bytearray, chunks: dict[int, Any]
+    def _insert(self, args: dict[str, Any], blob: Any, state: _State
                 ) -> tuple[Any, list[Any]]:
         """Chunks then items of one writer flush (remote.Outbox._ship)."""
         table = self._table(args)
+        chunks = state.chunks
         try:
             raw = wire.unpack_arrays(args["records"], blob)
             if len(raw) != 5:
@@ -217,7 +260,7 @@ class Service:
                 raise  # e.g. InvalidPriorityError: the caller's error
             raise _ProtocolError(f"malformed items frame: {exc!r}") from None
 
-    def _mutate(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _mutate(self, args: dict[str, Any], blob: Any, state: _State
                 ) -> tuple[Any, list[Any]]:
         table = self._table(args)
         keys, prios, deletes = wire.unpack_arrays(args["arrays"], blob)
@@ -225,23 +268,24 @@ class Service:
                                 deletes.tolist())
         return None, []
 
-    def _update(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _update(self, args: dict[str, Any], blob: Any, state: _State
                 ) -> tuple[Any, list[Any]]:
         keys, prios = wire.unpack_arrays(args["arrays"], blob)
         self._table(args).update_priorities(keys, prios)
         return None, []
 
-    def _reset(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _reset(self, args: dict[str, Any], blob: Any, state: _State
                ) -> tuple[Any, list[Any]]:
         self._table(args).reset()
         return None, []
 
-    def _checkpoint(self, args: dict[str, Any], blob: bytearray, chunks: Any
+    def _checkpoint(self, args: dict[str, Any], blob: Any, state: _State
                     ) -> tuple[Any, list[Any]]:
         return self._server.checkpoint(), []
 
 
 _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
+        "shm_attach": Service._shm_attach, "shm_detach": Service._shm_detach,
         "sample_items": Service._sample_items, "insert": Service._insert,
         "mutate": Service._mutate, "update": Service._update,
         "reset": Service._reset, "checkpoint": Service._checkpoint}
@@ -257,6 +301,16 @@ def _as_records(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
         raise _ProtocolError(f"records of {dtype} have a bad size")
     out = raw.view(dtype)
     return out if out.flags.aligned else out.copy()
+
+
+def _shm_layout(arrays: list[np.ndarray]) -> tuple[list[int], int]:
+    """Offsets of ``arrays`` back to back in a segment (64-byte aligned) and
+    the bytes they take."""
+    offsets, at = [], 0
+    for a in arrays:
+        offsets.append(at)
+        at += (a.nbytes + 63) // 64 * 64
+    return offsets, at
 
 
 def _timeout(args: dict[str, Any]) -> float | None:

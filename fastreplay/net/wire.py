@@ -32,6 +32,8 @@ _KINDS = (KIND_CALL, KIND_REPLY, KIND_ERROR)
 
 #: The largest JSON part of a frame (a call's items and chunk records).
 MAX_JSON_BYTES = 64 << 20
+#: The largest JSON part of a connection's first frame (its hello).
+MAX_HELLO_BYTES = 64 << 10
 #: Default largest blob (chunk bytes, a sampled batch): 4 GiB;
 #: ``FASTREPLAY_MAX_FRAME_BYTES`` changes it.
 _DEFAULT_MAX_BLOB = 4 << 30
@@ -76,41 +78,43 @@ def send_frame(sock: socket.socket, kind: int, message: Any,
         sock.sendall(v)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got, n = 0, view.nbytes
     while got < n:
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise FrameError("connection closed in the middle of a frame"
                              if got else "connection closed")
         got += k
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    _recv_into(sock, memoryview(buf))
     return buf
 
 
-def _recv_blob(sock: socket.socket, n: int) -> bytearray:
-    """n bytes, the buffer growing only as they arrive."""
-    if n <= _STEP:
-        return _recv_exact(sock, n)
-    buf = bytearray()
-    while len(buf) < n:
-        want = min(_STEP, n - len(buf))
-        start = len(buf)
-        buf.extend(bytes(want))  # allocated only after the previous step arrived
-        view = memoryview(buf)[start:]
-        got = 0
-        while got < want:
-            k = sock.recv_into(view[got:], want - got)
-            if k == 0:
-                raise FrameError("connection closed in the middle of a frame")
-            got += k
-        del view
-    return buf
+def _recv_blob(sock: socket.socket, n: int) -> Any:
+    """n bytes as a writable uint8 array.  Up to _STEP * 4 bytes are
+    allocated at once (untouched pages cost nothing until data arrives);
+    beyond, the buffer grows by _STEP only as bytes arrive, so a peer that
+    declares gigabytes and sends nothing costs nothing."""
+    if n <= 4 * _STEP:
+        buf = np.empty(n, np.uint8)
+        _recv_into(sock, buf.data)
+        return buf
+    parts = []
+    left = n
+    while left:
+        part = np.empty(min(_STEP, left), np.uint8)
+        _recv_into(sock, part.data)
+        parts.append(part)
+        left -= part.nbytes
+    return np.concatenate(parts)
 
 
-def recv_frame(sock: socket.socket, max_blob: int | None = None
-               ) -> tuple[int, Any, bytearray]:
+def recv_frame(sock: socket.socket, max_blob: int | None = None,
+               max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
     """``(kind, message, blob)`` of the next frame; FrameError when the peer
     closed or sent something that is not a valid frame."""
     head = _recv_exact(sock, _HEADER.size)
@@ -122,16 +126,16 @@ def recv_frame(sock: socket.socket, max_blob: int | None = None
                          f"speaks {VERSION})")
     if kind not in _KINDS:
         raise FrameError(f"unknown frame kind {kind}")
-    if json_len > MAX_JSON_BYTES:
+    if json_len > max_json:
         raise FrameError(f"frame declares {json_len} bytes of JSON "
-                         f"(at most {MAX_JSON_BYTES})")
+                         f"(at most {max_json})")
     limit = max_blob_bytes() if max_blob is None else max_blob
     if blob_len > limit:
         raise FrameError(f"frame declares {blob_len} bytes of data (at most {limit}; "
                          "FASTREPLAY_MAX_FRAME_BYTES raises the limit)")
-    body = _recv_exact(sock, json_len)
+    body = _recv_blob(sock, json_len)  # pages touched only as bytes arrive
     try:
-        message = json.loads(body)
+        message = json.loads(body.tobytes())
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"frame JSON is malformed: {exc}") from None
     if not isinstance(message, dict):
@@ -156,7 +160,7 @@ def pack_arrays(arrays: list[np.ndarray], start: int = 0
     return descs, bufs
 
 
-def unpack_arrays(descs: Any, blob: bytearray) -> list[np.ndarray]:
+def unpack_arrays(descs: Any, blob: Any) -> list[np.ndarray]:
     """The arrays ``descs`` describe in ``blob`` (views, no copy); FrameError
     for a descriptor that does not fit."""
     if not isinstance(descs, list):
@@ -179,7 +183,8 @@ def unpack_arrays(descs: Any, blob: bytearray) -> list[np.ndarray]:
             size *= s
         if size != nbytes or off < 0 or off + nbytes > len(blob):
             raise FrameError(f"array descriptor {d!r} does not fit the frame")
-        out.append(np.frombuffer(blob, dtype=dtype, count=size // max(dtype.itemsize, 1)
-                                 if dtype.itemsize else 0,
+        if dtype.itemsize == 0:
+            raise FrameError(f"dtype {dtype_s!r} has no size")
+        out.append(np.frombuffer(blob, dtype=dtype, count=size // dtype.itemsize,
                                  offset=off).reshape(shape))
     return out
