@@ -110,7 +110,9 @@ class Client:
         self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Client, (self._server_address,)
+        # By address (and how to connect): a process that unpickles it
+        # connects on its first call.
+        return _rebuild, (self._server_address, self._reconnect_window, self._token)
 
     def __repr__(self) -> str:
         return f"Client(server_address={self._server_address!r})"
@@ -317,6 +319,11 @@ class Client:
     def checkpoint(self) -> str:
         """Write every table to the server's checkpointer; returns the path."""
         return self._backend.checkpoint()
+
+
+def _rebuild(address: str, reconnect_window: float | None, token: str | None
+             ) -> Client:
+    return Client(address, reconnect_window=reconnect_window, token=token)
 
 
 def _port_open(port: int) -> bool:

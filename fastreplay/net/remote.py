@@ -54,7 +54,7 @@ SHM_KEEP = 3
 _LOOPBACK = ("127.0.0.1", "::1")
 _counter = itertools.count()
 #: Items per insert frame at most.
-FRAME_ITEMS = 4_096
+FRAME_ITEMS = 2_048
 _BUILTIN_ERRORS = {e.__name__: e for e in (
     ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
     MemoryError, TimeoutError)}
@@ -99,7 +99,10 @@ class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self.owed = 0  # replies of deferred calls not read yet
+        # Deferred calls sent whose replies are not read yet, oldest first,
+        # as call() arguments: sent again on a new connection if this one
+        # dies before they are confirmed.
+        self.pending: collections.deque[tuple[Any, ...]] = collections.deque()
         # Shared-memory segments the server attached for this connection,
         # free for the next batch (in use while a sampled array views one).
         self.free: list[Any] = []
@@ -108,9 +111,9 @@ class _Conn:
         """Read the replies owed for deferred calls; raise the first error
         among them (after reading them all)."""
         first: BaseException | None = None
-        while self.owed:
+        while self.pending:
             kind, msg, _ = wire.recv_frame(self.sock)
-            self.owed -= 1
+            self.pending.popleft()
             if kind == wire.KIND_ERROR and first is None:
                 first = _error_from(msg)
         if first is not None:
@@ -199,23 +202,28 @@ class RemoteBackend:
         (counted from the first failure).  ``build(conn)`` makes ``(args,
         blobs)`` per attempt when given.  A ``defer``red call returns at
         once: its reply is read before the next call of this thread (or
-        after MAX_OWED such calls), which raises its error if it failed."""
+        after MAX_OWED such calls), which raises its error if it failed; if
+        the connection dies first, it is sent again on the next one."""
         deadline = time.monotonic() + self._window
         failed = False
+        carry: list[tuple[Any, ...]] = []
         while True:
             conn = self._conn(deadline)
+            for a_op, a_args, a_blobs, a_timeout, a_build in carry:
+                # unconfirmed deferred calls go first
+                self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
+            carry = []
             if build is not None:
                 args, blobs = build(conn)
             try:
                 conn.sock.settimeout(None if timeout is None else timeout + 10.0)
-                conn.settle()
+                if not defer or len(conn.pending) >= MAX_OWED:
+                    conn.settle()
                 wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
                                 blobs)
                 if defer:
-                    conn.owed += 1
-                    if conn.owed >= MAX_OWED:
-                        conn.settle()
-                    return None, bytearray()
+                    conn.pending.append((op, args, blobs, timeout, build))
+                    return None, None
                 kind, msg, blob = wire.recv_frame(conn.sock)
             except TimeoutError:
                 self._drop(conn)
@@ -223,6 +231,7 @@ class RemoteBackend:
                     f"{op} on {self._host}:{self._port}: no reply within "
                     f"{timeout} s") from None
             except (OSError, wire.FrameError):
+                carry = list(conn.pending)
                 self._drop(conn)
                 if not failed:  # the window starts at the first failure
                     failed, deadline = True, time.monotonic() + self._window
@@ -237,6 +246,29 @@ class RemoteBackend:
                     self._drop(conn)  # the server closed this connection
                 raise exc
             return msg.get("result"), blob
+
+    def settle(self) -> None:
+        """Wait for the replies this thread's deferred calls still owe
+        (sending them again on a new connection if the server went away);
+        raise the first error among them."""
+        deadline = time.monotonic() + self._window
+        while True:
+            conn = getattr(self._local, "conn", None)
+            if conn is None or not conn.pending:
+                return
+            try:
+                conn.sock.settimeout(None)
+                conn.settle()
+                return
+            except (OSError, wire.FrameError):
+                carry = list(conn.pending)
+                self._drop(conn)
+                if time.monotonic() > deadline:
+                    raise errors.UnavailableError(
+                        f"fastreplay server at {self._host}:{self._port} went away "
+                        "before confirming the items sent") from None
+                for a_op, a_args, a_blobs, a_timeout, a_build in carry:
+                    self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
 
     def __del__(self) -> None:
         try:
@@ -411,16 +443,23 @@ def _give_back(conn: _Conn, segment: Any) -> None:
 
 
 class Outbox:
-    """Ships the items writers put in the staging queues to the server."""
+    """Ships the items writers put in the staging queues to the server.
+
+    One thread ships, in passes: each pass sends everything staged (waiting
+    as long as the server's rate limiter makes it wait, as an insert in
+    process does) and then reads the replies.  ``flush`` waits, up to its
+    timeout, for a pass that started after it was called; items that did
+    not fit before the timeout are still inserted later."""
 
     def __init__(self, backend: RemoteBackend, staging: dict[str, Table]) -> None:
         self._backend = backend
         self._staging = staging
-        self._send_lock = threading.Lock()  # one drain at a time, in order
+        self._cv = threading.Condition()
+        self._started = 0  # passes begun
+        self._done = 0     # passes ended
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._conn = threading.local()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name="fastreplay-outbox")
         self._thread.start()
@@ -429,47 +468,81 @@ class Outbox:
         self._wake.set()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Ship everything staged and wait until the server inserted it;
-        raises what a previous shipment failed with."""
-        self._drain(timeout)
-        self._raise()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            exc, self._error = self._error, None
-            raise exc
+        """Wait until the server inserted everything staged so far; raise
+        what a shipment failed with, or DeadlineExceededError after
+        ``timeout`` seconds."""
+        with self._cv:
+            want = self._started + 1
+            self._wake.set()
+            done = self._cv.wait_for(
+                lambda: self._done >= want or self._error is not None
+                or self._stop.is_set(), timeout)
+            if self._error is not None:
+                exc, self._error = self._error, None
+                raise exc
+        if not done:
+            raise errors.DeadlineExceededError(
+                f"Flush call did not complete within provided timeout of {timeout} s "
+                "(the items are still inserted later)")
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(0.005)
             self._wake.clear()
+            with self._cv:
+                self._started += 1
+                this = self._started
             try:
                 self._drain(None)
             except BaseException as exc:  # noqa: BLE001 - raised by the next flush
-                self._error = exc
+                with self._cv:
+                    self._error = exc
+            with self._cv:
+                self._done = this
+                self._cv.notify_all()
 
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        with self._cv:
+            self._cv.notify_all()
         self._thread.join(timeout=5)
 
     def _drain(self, timeout: float | None) -> None:
-        with self._send_lock:
-            for name, table in self._staging.items():
-                while len(table):
-                    items, columns, slices, specs, handles = table.export_records(
-                        FRAME_ITEMS)
-                    # Taken as a queue's consumer: the oldest items leave and
-                    # the queue's rate limiter lets the writers go on.
-                    taken = table.sample(len(items), timeout=0).key
-                    if not np.array_equal(taken, items["key"]):
-                        raise errors.InternalError(
-                            f"staging queue '{name}' changed while it was sent")
-                    self._ship(name, (items, columns, slices), specs, handles,
-                               timeout)
+        """Ship every staged item (the outbox thread only)."""
+        for name, table in self._staging.items():
+            while len(table):
+                items, columns, slices, specs, handles = table.export_records(
+                    STAGING_ITEMS)
+                # Taken as a queue's consumer: the oldest items leave and the
+                # queue's rate limiter lets the writers go on.
+                taken = table.sample(len(items), timeout=0).key
+                if not np.array_equal(taken, items["key"]):
+                    raise errors.InternalError(
+                        f"staging queue '{name}' changed while it was sent")
+                self._ship(name, (items, columns, slices), specs, handles, timeout)
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
               handles: list[Any], timeout: float | None) -> None:
+        """Send the exported items in frames of FRAME_ITEMS without waiting
+        between them (the server works on one while the next travels), then
+        wait for every reply."""
+        items, columns, slices = records
+        by_key = {h.key: h for h in handles}
+        col_end = np.cumsum(items["n_columns"])
+        slice_end = np.cumsum(columns["n_slices"])
+        for lo in range(0, len(items), FRAME_ITEMS):
+            hi = min(lo + FRAME_ITEMS, len(items))
+            c0, c1 = (int(col_end[lo - 1]) if lo else 0), int(col_end[hi - 1])
+            s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
+            part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
+            used = [by_key[k] for k in np.unique(part[2]["chunk"]).tolist()]
+            self._ship_part(table, part, specs, used, timeout)
+        self._backend.settle()
+
+    def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
+                   specs: list[Any], handles: list[Any], timeout: float | None
+                   ) -> None:
         from fastreplay import _structures
 
         structures = [[int(s), _structures.to_json(int(s))]
@@ -499,4 +572,4 @@ class Outbox:
                      "specs": specs, "structures": structures, "timeout": timeout},
                     [*bufs, data])
 
-        self._backend.call("insert", {}, timeout=timeout, build=build)
+        self._backend.call("insert", {}, timeout=timeout, build=build, defer=True)
