@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TextIO
@@ -279,17 +279,25 @@ def _wait_until(children: list[_Child], done: Any, timeout: float, what: str) ->
     _check(children)
 
 
-def _reap(children: list[_Child], grace: float) -> None:
-    """Stop every child: ask, wait ``grace`` s, terminate, then kill; each
-    wait bounded.  A Ctrl-C cannot interrupt this."""
+def _reap(children: list[_Child], grace: float,
+          then: Callable[[], None] | None = None) -> None:
+    """Stop every child: ask, wait ``grace`` s, call ``then`` (stop the
+    server, which wakes calls blocked in its tables), terminate, then kill;
+    each wait bounded.  A Ctrl-C cannot interrupt this."""
+    failed: BaseException | None = None
     with _sigint_ignored():
         for c in children:
             c.send("stop")
         for step, wait_s in (("ask", grace), ("terminate", KILL_AFTER),
                              ("kill", KILL_AFTER)):
+            if step == "terminate" and then is not None:
+                try:
+                    then()
+                except BaseException as exc:  # noqa: BLE001 - after reaping
+                    failed = exc
             alive = [c for c in children if c.process.is_alive()]
             if not alive:
-                break
+                continue
             for c in alive:
                 if step == "terminate":
                     c.process.terminate()
@@ -303,6 +311,8 @@ def _reap(children: list[_Child], grace: float) -> None:
             c.conn.close()
             if not c.process.is_alive():
                 c.process.close()
+    if failed is not None:
+        raise failed
 
 
 def _raise_on_sigterm() -> Any:
@@ -381,9 +391,10 @@ def run_demo_processes(cfg: DemoConfig, progress: TextIO | None = sys.stderr
             progress.flush()
         raise
     finally:
-        with _sigint_ignored():  # a second Ctrl-C must not leave orphans
-            server.stop()  # wakes calls blocked in the tables
-            _reap(children, grace)
+        # The children stop while the server still answers them (their
+        # waits are short); then the server stops, then stragglers are
+        # terminated.  A second Ctrl-C cannot interrupt this.
+        _reap(children, grace, then=server.stop)
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
     reports = {c.name: c.report or {} for c in children}
