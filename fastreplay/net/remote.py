@@ -45,7 +45,7 @@ STAGING_ITEMS = 16_384
 KEEP_CHUNKS = 8_192
 #: Deferred calls (priority updates) a connection sends before it reads
 #: their replies: few enough that the replies never fill a socket buffer.
-MAX_OWED = 32
+MAX_OWED = 256
 #: Batches at least this large come through shared memory when the server
 #: is on this host (``FASTREPLAY_SHM=0`` turns it off).
 SHM_MIN_BYTES = 1 << 20
