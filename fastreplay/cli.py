@@ -87,11 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Actor threads write Atari-like episodes through "
                     "TrajectoryWriter into a Prioritized table with a "
                     "SampleToInsertRatio rate limiter while a learner thread "
-                    "samples batches and updates priorities; prints a summary.")
+                    "samples batches and updates priorities; prints a summary. "
+                    "With --processes the actors and the learner are processes "
+                    "talking to the server over its port.")
     demo.add_argument("--duration", type=_positive(float, "--duration"), default=20.0,
                       metavar="SECONDS", help="how long to run (default: 20)")
     demo.add_argument("--actors", type=_positive(int, "--actors"), default=2,
-                      help="actor threads (default: 2)")
+                      help="actor threads, or processes (default: 2)")
     demo.add_argument("--obs-shape", type=_shape, default=(84, 84, 4),
                       metavar="H,W,C",
                       help="uint8 observation shape (default: 84,84,4)")
@@ -105,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
     demo.add_argument("--quiet", action="store_true", help="no progress line")
+    demo.add_argument("--processes", action="store_true",
+                      help="run each actor and the learner in its own process, "
+                           "connected over the server's port to the server in "
+                           "this process")
 
     bench = sub.add_parser(
         "bench", help="standard workloads on fastreplay and installed peers",
@@ -138,7 +144,18 @@ def _demo(args: argparse.Namespace) -> int:
                      obs_shape=args.obs_shape, batch_size=args.batch_size,
                      samples_per_insert=args.samples_per_insert,
                      max_size=args.max_size, seed=args.seed)
-    summary = run_demo(cfg, progress=None if args.quiet else sys.stderr)
+    progress = None if args.quiet else sys.stderr
+    if args.processes:
+        from fastreplay.demo_processes import DemoError, run_demo_processes
+
+        try:
+            summary = run_demo_processes(cfg, progress=progress)
+        except DemoError as exc:
+            print(f"fastreplay demo: error: {exc}\nevery child process has been "
+                  "stopped", file=sys.stderr)
+            return 1
+    else:
+        summary = run_demo(cfg, progress=progress)
     print(format_summary(summary))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

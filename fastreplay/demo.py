@@ -5,7 +5,9 @@ Prioritized table guarded by a ``SampleToInsertRatio`` rate limiter, while a
 learner thread samples batches with ``client.sample_batch``, weighs them with
 importance weights and writes new priorities back.  A progress line runs on
 stderr; ``run_demo`` returns the summary (steps/s, samples/s, stored bytes
-per step, compression, rate-limiter stalls, peak memory).
+per step, compression, rate-limiter stalls, peak memory).  ``fastreplay demo
+--processes`` runs the same actors and learner as processes
+(``fastreplay.demo_processes``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import fastreplay
 from fastreplay import errors, rate_limiters, selectors
 from fastreplay.bench.workloads import atari_frames
+from fastreplay.table import TableInfo
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -52,6 +55,7 @@ class _Actor(threading.Thread):
         self.rng = np.random.default_rng(cfg.seed + 1 + index)
         self.offset = index * 17  # actors see different frames
         self.steps = 0
+        self.items = 0  # items created (steps with ITEM_LENGTH of history)
         self.wait_seconds = 0.0  # time blocked in flush / end_episode
         self.error: BaseException | None = None
 
@@ -83,6 +87,7 @@ class _Actor(threading.Thread):
                     w.create_item(TABLE, 1.0, {k: h[k][-ITEM_LENGTH:] for k in
                                                ("observation", "action", "reward",
                                                 "discount")})
+                    self.items += 1
                     self._wait_for_room()
             self._until_sent(lambda: w.end_episode(timeout_ms=100))
 
@@ -159,17 +164,23 @@ def _progress(out: TextIO, elapsed: float, cfg: DemoConfig, steps: int, samples:
     out.flush()
 
 
+def make_table(cfg: DemoConfig) -> fastreplay.Table:
+    """The demo's table: Prioritized(0.6) sampling, FIFO removal and a
+    SampleToInsertRatio rate limiter."""
+    return fastreplay.Table(
+        TABLE, selectors.Prioritized(0.6), selectors.Fifo(), cfg.max_size,
+        rate_limiters.SampleToInsertRatio(
+            cfg.samples_per_insert, min_size_to_sample=1000,
+            error_buffer=max(1000.0, 4 * cfg.batch_size * cfg.samples_per_insert)))
+
+
 def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str, Any]:
     """Run the demo for ``cfg.duration`` seconds; return its summary.
 
     Raises the first error of an actor or the learner after every thread
     has stopped.
     """
-    table = fastreplay.Table(
-        TABLE, selectors.Prioritized(0.6), selectors.Fifo(), cfg.max_size,
-        rate_limiters.SampleToInsertRatio(
-            cfg.samples_per_insert, min_size_to_sample=1000,
-            error_buffer=max(1000.0, 4 * cfg.batch_size * cfg.samples_per_insert)))
+    table = make_table(cfg)
     server = fastreplay.Server([table])
     client = server.localhost_client()
     frames = atari_frames(256, seed=cfg.seed, shape=cfg.obs_shape)
@@ -206,7 +217,21 @@ def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str,
     for t in threads:
         if t.error is not None:
             raise t.error
-    steps = sum(a.steps for a in actors)
+    return summarize(cfg, elapsed, info, stats,
+                     steps=sum(a.steps for a in actors),
+                     items_created=sum(a.items for a in actors),
+                     actor_wait_s=sum(a.wait_seconds for a in actors),
+                     batches=learner.batches, samples=learner.samples,
+                     priority_updates=learner.updates,
+                     peak_rss_bytes=_peak_rss_bytes())
+
+
+def summarize(cfg: DemoConfig, elapsed: float, info: TableInfo,
+              stats: dict[str, Any], *, steps: int, items_created: int,
+              actor_wait_s: float, batches: int, samples: int,
+              priority_updates: int, peak_rss_bytes: int) -> dict[str, Any]:
+    """The summary of a run: the actors' and learner's counts with the
+    table's ``info`` and its server's chunk-store ``stats`` at the end."""
     # observation, action, reward, discount
     step_bytes = int(np.prod(cfg.obs_shape)) + 4 + 4 + 4
     stored_steps = stats["raw_bytes"] / step_bytes
@@ -219,12 +244,13 @@ def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str,
         "samples_per_insert": cfg.samples_per_insert,
         "steps": steps,
         "steps_per_s": steps / elapsed,
+        "items_created": items_created,
         "items_inserted": info.num_inserts,
         "items_per_s": info.num_inserts / elapsed,
-        "batches": learner.batches,
-        "samples": learner.samples,
-        "samples_per_s": learner.samples / elapsed,
-        "priority_updates": learner.updates,
+        "batches": batches,
+        "samples": samples,
+        "samples_per_s": samples / elapsed,
+        "priority_updates": priority_updates,
         "table_size": info.current_size,
         "evictions": info.num_evictions,
         "stored_bytes": stats["stored_bytes"],
@@ -232,23 +258,26 @@ def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str,
         "step_payload_bytes": step_bytes,
         "stored_bytes_per_step": stats["stored_bytes"] / max(stored_steps, 1.0),
         "compression_ratio": stats["raw_bytes"] / max(stats["stored_bytes"], 1),
-        "actor_wait_s": sum(a.wait_seconds for a in actors),
+        "actor_wait_s": actor_wait_s,
         "insert_stall_s": limiter.insert_stats.stall_seconds,
         "insert_stalls": limiter.insert_stats.blocked,
         "sample_stall_s": limiter.sample_stats.stall_seconds,
         "sample_stalls": limiter.sample_stats.blocked,
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes,
     }
 
 
 def format_summary(s: dict[str, Any]) -> str:
     """The summary as aligned ``name: value`` lines."""
     shape = "x".join(map(str, s["obs_shape"]))
+    processes = bool(s.get("processes"))
+    actors = f"{s['actors']} actor processes" if processes else f"{s['actors']} actors"
     rows = [
-        ("duration", f"{s['duration_s']:.1f} s, {s['actors']} actors, learner batch "
+        ("duration", f"{s['duration_s']:.1f} s, {actors}, learner batch "
                      f"{s['batch_size']}, observations uint8[{shape}]"),
         ("steps", f"{s['steps']:,} ({s['steps_per_s']:,.0f} steps/s)"),
-        ("items inserted", f"{s['items_inserted']:,} ({s['items_per_s']:,.0f}/s)"),
+        ("items inserted", f"{s['items_inserted']:,} ({s['items_per_s']:,.0f}/s) of "
+                           f"{s['items_created']:,} created"),
         ("samples", f"{s['samples']:,} in {s['batches']:,} batches "
                     f"({s['samples_per_s']:,.0f} samples/s)"),
         ("priority updates", f"{s['priority_updates']:,}"),
@@ -265,5 +294,15 @@ def format_summary(s: dict[str, Any]) -> str:
                              "(writer back-pressure, rate limiter included)"),
         ("peak memory", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB"),
     ]
+    if processes:
+        per = ", ".join(f"{name} {b / 2**20:,.0f}" for name, b in
+                        s["peak_rss_by_process"].items())
+        rows[-1] = ("peak memory", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB summed "
+                                   f"over {len(s['peak_rss_by_process'])} processes "
+                                   f"({per} MiB)")
+        rows.insert(1, ("processes", f"server {s['server_address']} (pid "
+                                     f"{s['pids']['server']}), "
+                                     + ", ".join(f"{k} pid {v}" for k, v in
+                                                 s["pids"].items() if k != "server")))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
