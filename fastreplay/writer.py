@@ -358,14 +358,11 @@ StepReferences = _core.StepReferences
 
 def _sink_flush(sink: Any, block_until_num_items: int, timeout_ms: int | None
                 ) -> None:
-    """After the items are in the writer's tables: a full flush waits until
-    the sink delivered them too; a partial one only starts the delivery."""
+    """After the items are in the writer's tables, wait until the sink has
+    at most ``block_until_num_items`` of them left to deliver."""
     if sink is None:
         return
-    if block_until_num_items:
-        sink.kick()
-    else:
-        sink.flush(_seconds(timeout_ms))
+    sink.flush(_seconds(timeout_ms), block_until_num_items)
 
 
 def _seconds(timeout_ms: int | None) -> float | None:

@@ -469,10 +469,15 @@ class Outbox:
     def kick(self) -> None:
         self._wake.set()
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until the server inserted everything staged so far; raise
+    def flush(self, timeout: float | None = None, keep: int = 0) -> None:
+        """Wait until the server inserted everything staged so far (with
+        ``keep``, only while more than ``keep`` items are staged); raise
         what a shipment failed with, or DeadlineExceededError after
         ``timeout`` seconds."""
+        if keep and sum(len(t) for t in self._staging.values()) <= keep:
+            self._wake.set()
+            self._raise()
+            return
         with self._cv:
             want = self._started + 1
             self._wake.set()
@@ -486,6 +491,12 @@ class Outbox:
             raise errors.DeadlineExceededError(
                 f"Flush call did not complete within provided timeout of {timeout} s "
                 "(the items are still inserted later)")
+
+    def _raise(self) -> None:
+        with self._cv:
+            if self._error is not None:
+                exc, self._error = self._error, None
+                raise exc
 
     def _run(self) -> None:
         while not self._stop.is_set():
