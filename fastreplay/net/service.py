@@ -218,7 +218,7 @@ class Service:
 
     def _insert(self, args: dict[str, Any], blob: Any, state: _State
                 ) -> tuple[Any, list[Any]]:
-        """Chunks then items of one writer flush (remote.Outbox._ship)."""
+        """Chunks then items of one writer flush (outbox.Outbox._ship)."""
         table = self._table(args)
         chunks = state.chunks
         try:
