@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
 import signal
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_env import child_env
 
 import fastreplay
 from fastreplay import cli
@@ -349,14 +349,8 @@ def test_stats_bad_address_is_a_usage_error(
 # ----- real server processes -----
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    if Path(root, "fastreplay", "__init__.py").exists():
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (root, env.get("PYTHONPATH")) if p)
-    for key in ("FASTREPLAY_HOST", "FASTREPLAY_TOKEN"):
-        env.pop(key, None)  # loopback, no token, whatever the caller's shell
-    return env
+    # loopback, no token, whatever the caller's shell
+    return child_env("FASTREPLAY_HOST", "FASTREPLAY_TOKEN")
 
 
 class ServeProcess:

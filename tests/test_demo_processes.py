@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_env import child_env
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32",
                                 reason="signals and /proc of POSIX")
@@ -28,15 +29,6 @@ ARGS = ("demo", "--processes", "--actors", "2", "--obs-shape", "16,16,4",
         "--batch-size", "32")
 PIDS_LINE = re.compile(r"server 127\.0\.0\.1:\d+ \(pid (\d+)\), actor pids "
                        r"([\d, ]+), learner pid (\d+)")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    if Path(root, "fastreplay", "__init__.py").exists():
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
 
 
 def _alive(pid: int) -> bool:
@@ -68,7 +60,7 @@ class _Demo:
 
     def __init__(self, *args: str, cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fastreplay", *args], cwd=cwd, env=_env(),
+            [sys.executable, "-m", "fastreplay", *args], cwd=cwd, env=child_env(),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
