@@ -68,9 +68,6 @@ class LocalBackend:
     def table_info(self, table: str) -> TableInfo:
         return self._table(table).info
 
-    def signature(self, table: str) -> Any:
-        return self._table(table).signature
-
     def staging(self) -> tuple[dict[str, Table], _core.ChunkStore, Any]:
         return self._tables, self._server.chunk_store, None
 

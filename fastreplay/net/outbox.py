@@ -96,7 +96,7 @@ class Outbox:
                 self._started += 1
                 this = self._started
             try:
-                self._drain(None)
+                self._drain()
             except BaseException as exc:  # noqa: BLE001 - raised by the next flush
                 with self._cv:
                     self._error = exc
@@ -111,7 +111,7 @@ class Outbox:
             self._cv.notify_all()
         self._thread.join(timeout=5)
 
-    def _drain(self, timeout: float | None) -> None:
+    def _drain(self) -> None:
         """Ship every staged item (the outbox thread only)."""
         for name, table in self._staging.items():
             while len(table):
@@ -123,10 +123,10 @@ class Outbox:
                 if not np.array_equal(taken, items["key"]):
                     raise errors.InternalError(
                         f"staging queue '{name}' changed while it was sent")
-                self._ship(name, (items, columns, slices), specs, handles, timeout)
+                self._ship(name, (items, columns, slices), specs, handles)
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
-              handles: list[Any], timeout: float | None) -> None:
+              handles: list[Any]) -> None:
         """Send the exported items in frames of FRAME_ITEMS without waiting
         between them (the server works on one while the next travels), then
         wait for every reply."""
@@ -140,12 +140,13 @@ class Outbox:
             s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
             part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
             used = [by_key[k] for k in np.unique(part[2]["chunk"]).tolist()]
-            self._ship_part(table, part, specs, used, timeout)
+            self._ship_part(table, part, specs, used)
         self._backend.settle()
 
     def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
-                   specs: list[Any], handles: list[Any], timeout: float | None
-                   ) -> None:
+                   specs: list[Any], handles: list[Any]) -> None:
+        """One frame; the server waits for its rate limiter as long as it
+        takes (flush bounds the writer's wait, not the insert)."""
         structures = [[int(s), _structures.to_json(int(s))]
                       for s in np.unique(records[0]["structure"])]
         used = {h.key for h in handles}
@@ -170,7 +171,7 @@ class Outbox:
             descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
             at = sum(b.nbytes for b in bufs)
             return ({"table": table, "records": descs, "data": [at, len(data)],
-                     "specs": specs, "structures": structures, "timeout": timeout},
+                     "specs": specs, "structures": structures, "timeout": None},
                     [*bufs, data])
 
-        self._backend.call("insert", {}, timeout=timeout, build=build, defer=True)
+        self._backend.call("insert", {}, build=build, defer=True)

@@ -289,7 +289,7 @@ class RemoteBackend:
         if timeout:
             saved, self._window = self._window, float(timeout)
             try:
-                result, _ = self._info_call()
+                result, _ = self.call("info", {})
             except RefusedError:
                 raise
             except errors.UnavailableError:
@@ -299,13 +299,10 @@ class RemoteBackend:
             finally:
                 self._window = saved
         else:
-            result, _ = self._info_call()
+            result, _ = self.call("info", {})
         infos = {name: info_from_json(d) for name, d in result.items()}
         self._infos = infos
         return infos
-
-    def _info_call(self) -> tuple[Any, Any]:
-        return self.call("info", {})
 
     def table_info(self, table: str) -> TableInfo:
         info = self._infos.get(table) or self.info().get(table)

@@ -166,15 +166,14 @@ class Service:
         info, columns, sid = table.sample_batch(int(args["n"]),
                                                 timeout=_timeout(args))
         structure = (table.signature if table.signature is not None
-                     else _structure_of(sid))
+                     else _structures.get(sid))
         arrays = [*info, *columns]
+        offsets, total = _shm_layout(arrays)
         reply = {"n_info": len(SampleInfoBatch._fields),
                  "structure": structure_to_json(structure),
-                 "n_leaves": len(columns),
-                 "nbytes": _shm_layout(arrays)[1]}
+                 "n_leaves": len(columns), "nbytes": total}
         segment = state.segments.get(args.get("shm"))  # type: ignore[arg-type]
         if segment is not None:
-            offsets, total = _shm_layout(arrays)
             if total <= segment.size:
                 # Into the client's segment: no bytes on the socket.
                 target = np.frombuffer(segment, np.uint8)
@@ -320,10 +319,6 @@ def _timeout(args: dict[str, Any]) -> float | None:
     if type(t) not in (int, float) or not t >= 0:
         raise ValueError(f"timeout must be None or >= 0, got {t!r}")
     return float(t)
-
-
-def _structure_of(sid: int) -> Any:
-    return _structures.get(sid)
 
 
 def _send_error(sock: socket.socket, exc: BaseException) -> None:
