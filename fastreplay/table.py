@@ -64,9 +64,9 @@ def _key(table: str, key: object) -> int:
     return k
 
 
-def _keys(table: str, keys: Any) -> np.ndarray:
-    """``keys`` as a 1-D uint64 array; integer dtypes (or Python ints) only,
-    every key in [0, 2**64)."""
+def key_array(table: str, keys: Any) -> np.ndarray:
+    """``keys`` (of ``table``, named in errors) as a 1-D uint64 array;
+    integer dtypes (or Python ints) only, every key in [0, 2**64)."""
     arr = np.asarray(keys)
     if arr.ndim > 1:
         raise ValueError(f"Table '{table}': keys must be one-dimensional, got "
@@ -388,7 +388,7 @@ class Table:
 
         Every priority is validated before the first insert.
         """
-        return int(self._core.insert_many(_keys(self._name, keys), priorities,
+        return int(self._core.insert_many(key_array(self._name, keys), priorities,
                                           timeout))
 
     def sample(
@@ -462,22 +462,29 @@ class Table:
         """
         updates = updates or {}
         self._core.mutate(
-            np.array([_key(self._name, k) for k in updates], dtype=np.uint64),
+            key_array(self._name, list(updates)),
             np.fromiter(updates.values(), dtype=np.float64, count=len(updates)),
-            _keys(self._name, list(deletes or ())),
+            key_array(self._name, list(deletes or ())),
         )
 
     def update_priorities(
         self, keys: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> None:
         """Vectorised priority update (unknown keys ignored)."""
-        self._core.mutate(_keys(self._name, keys), priorities,
+        self._core.mutate(key_array(self._name, keys), priorities,
                           np.empty(0, dtype=np.uint64))
+
+    def mutate_keys(self, update_keys: npt.ArrayLike, priorities: npt.ArrayLike,
+                    delete_keys: npt.ArrayLike) -> None:
+        """:meth:`mutate_priorities` with arrays: delete ``delete_keys``,
+        then set the ``priorities`` of ``update_keys``."""
+        self._core.mutate(key_array(self._name, update_keys), priorities,
+                          key_array(self._name, delete_keys))
 
     def delete(self, keys: npt.ArrayLike) -> None:
         """Delete items by key (unknown keys ignored)."""
         self._core.mutate(
-            np.empty(0, dtype=np.uint64), np.empty(0), _keys(self._name, keys)
+            np.empty(0, dtype=np.uint64), np.empty(0), key_array(self._name, keys)
         )
 
     def get(self, key: int) -> tuple[int, float, int] | None:

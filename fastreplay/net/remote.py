@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from fastreplay import _core, errors
-from fastreplay.net import wire
+from fastreplay.net import ahead, wire
 from fastreplay.net.codec import info_from_json, structure_from_json
 from fastreplay.net.outbox import STAGING_ITEMS, Outbox
+from fastreplay.net.priorities import MAX_KEYS, Flusher, Ops
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
-from fastreplay.table import Table, TableInfo
+from fastreplay.table import Table, TableInfo, key_array
 
 __all__ = ["RemoteBackend"]
 
@@ -46,6 +47,7 @@ SHM_MIN_BYTES = 1 << 20
 #: Free segments a connection keeps.
 SHM_KEEP = 3
 _LOOPBACK = ("127.0.0.1", "::1")
+_AHEAD = object()  # marks a pending sample asked for ahead
 _counter = itertools.count()
 _BUILTIN_ERRORS = {e.__name__: e for e in (
     ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
@@ -77,8 +79,10 @@ def _error_from(msg: dict[str, Any]) -> BaseException:
 
 
 def _check_priorities(table: str, p: np.ndarray) -> None:
-    """Priorities are checked before a deferred update leaves (the server
-    checks them again)."""
+    """Priorities are checked before an update waits to be sent (the
+    server checks them again)."""
+    if p.size and p.min() >= 0 and p.max() < np.inf:
+        return  # (a NaN fails the first test)
     ok = np.isfinite(p) & (p >= 0)
     if not ok.all():
         raise errors.InvalidPriorityError(
@@ -98,18 +102,33 @@ class _Conn:
         # Shared-memory segments the server attached for this connection,
         # free for the next batch (in use while a sampled array views one).
         self.free: list[Any] = []
+        # Held by the thread using the connection for a whole call (and by
+        # the priorities Flusher while it sends).
+        self.lock = threading.RLock()
+        self.ops = Ops()  # priority updates not sent yet
+        # An error of a deferred call the Flusher read: raised by the next call.
+        self.failed: BaseException | None = None
+        self.ahead: ahead.Ahead | None = None  # a batch asked for ahead
+        self.streak = ahead.Streak()
 
     def settle(self) -> None:
         """Read the replies owed for deferred calls; raise the first error
         among them (after reading them all)."""
         first: BaseException | None = None
         while self.pending:
-            kind, msg, _ = wire.recv_frame(self.sock)
-            self.pending.popleft()
-            if kind == wire.KIND_ERROR and first is None:
+            kind, msg, blob = wire.recv_frame(self.sock)
+            if self.pending.popleft()[4] is _AHEAD:
+                if self.ahead is not None:
+                    self.ahead.reply = (kind, msg, blob)
+            elif kind == wire.KIND_ERROR and first is None:
                 first = _error_from(msg)
         if first is not None:
             raise first
+
+    def unconfirmed(self) -> list[tuple[Any, ...]]:
+        """Deferred calls sent and not confirmed, to send again on a new
+        connection (batches asked for ahead are not)."""
+        return [c for c in self.pending if c[4] is not _AHEAD]
 
     def close(self) -> None:
         try:
@@ -134,29 +153,57 @@ class RemoteBackend:
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
         self._store = _core.ChunkStore()
-        self._shm = (self._host in _LOOPBACK or self._host.startswith("127.")) and \
-            os.environ.get("FASTREPLAY_SHM", "1") != "0"
+        self._same_host = self._host in _LOOPBACK or self._host.startswith("127.")
+        self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
+        self._flusher: Flusher | None = None
 
     # ----- connections -----
+
+    def _open(self, deadline: float, local: bool) -> socket.socket | None:
+        """A connection that said hello: through the server's Unix socket
+        (``local``; None when there is none) or TCP."""
+        wait = max(0.05, min(5.0, deadline - time.monotonic()))
+        if local:
+            name = wire.local_socket_name(self._port)
+            if name is None:
+                return None
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(wait)
+                sock.connect(name)
+            except OSError:
+                sock.close()
+                return None
+        else:
+            sock = socket.create_connection((self._host, self._port), timeout=wait)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        try:
+            sock.settimeout(max(1.0, deadline - time.monotonic()) + 5.0)
+            wire.send_frame(sock, wire.KIND_CALL,
+                            {"op": "hello", "token": self._token, "args": {}})
+            kind, msg, _ = wire.recv_frame(sock)
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        if kind == wire.KIND_ERROR:
+            sock.close()
+            raise RefusedError(str(msg.get("message")))
+        result = msg.get("result")
+        if local and not (isinstance(result, dict) and result.get("port") == self._port):
+            sock.close()  # another server's socket (one on another loopback address)
+            return None
+        return sock
 
     def _connect(self, deadline: float) -> _Conn:
         delay = 0.01
         while True:
             try:
-                sock = socket.create_connection(
-                    (self._host, self._port),
-                    timeout=max(0.05, min(5.0, deadline - time.monotonic())))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                sock.settimeout(max(1.0, deadline - time.monotonic()) + 5.0)
-                wire.send_frame(sock, wire.KIND_CALL,
-                                {"op": "hello", "token": self._token, "args": {}})
-                kind, msg, _ = wire.recv_frame(sock)
-                sock.settimeout(None)
-                if kind == wire.KIND_ERROR:
-                    sock.close()
-                    raise RefusedError(str(msg.get("message")))
+                sock = self._open(deadline, True) if self._same_host else None
+                if sock is None:
+                    sock = self._open(deadline, False)
                 conn = _Conn(sock)
                 with self._lock:
                     self._conns.append(conn)
@@ -195,43 +242,52 @@ class RemoteBackend:
         blobs)`` per attempt when given.  A ``defer``red call returns at
         once: its reply is read before the next call of this thread (or
         after MAX_OWED such calls), which raises its error if it failed; if
-        the connection dies first, it is sent again on the next one."""
+        the connection dies first, it is sent again on the next one.
+        Priority updates waiting on the connection are sent first."""
         deadline = time.monotonic() + self._window
         failed = False
         carry: list[tuple[Any, ...]] = []
         while True:
             conn = self._conn(deadline)
-            for a_op, a_args, a_blobs, a_timeout, a_build in carry:
-                # unconfirmed deferred calls go first
-                self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
-            carry = []
-            if build is not None:
-                args, blobs = build(conn)
-            try:
-                conn.sock.settimeout(None if timeout is None else timeout + 10.0)
-                if not defer or len(conn.pending) >= MAX_OWED:
-                    conn.settle()
-                wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
-                                blobs)
-                if defer:
-                    conn.pending.append((op, args, blobs, timeout, build))
-                    return None, None
-                kind, msg, blob = wire.recv_frame(conn.sock)
-            except TimeoutError:
-                self._drop(conn)
-                raise errors.DeadlineExceededError(
-                    f"{op} on {self._host}:{self._port}: no reply within "
-                    f"{timeout} s") from None
-            except (OSError, wire.FrameError):
-                carry = list(conn.pending)
-                self._drop(conn)
-                if not failed:  # the window starts at the first failure
-                    failed, deadline = True, time.monotonic() + self._window
-                elif time.monotonic() > deadline:
-                    raise errors.UnavailableError(
-                        f"No fastreplay server at {self._host}:{self._port}: the "
-                        f"connection kept failing for {self._window:g} s") from None
-                continue  # the server went away: reconnect and try again
+            with conn.lock:
+                for a_op, a_args, a_blobs, a_timeout, a_build in carry:
+                    # unconfirmed deferred calls go first
+                    self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
+                carry = []
+                if conn.failed is not None:
+                    exc, conn.failed = conn.failed, None
+                    raise exc
+                if build is not None:
+                    args, blobs = build(conn)
+                if conn.ahead is not None and not defer:
+                    conn.ahead.valid = False  # another call came in between
+                try:
+                    conn.sock.settimeout(None if timeout is None else timeout + 10.0)
+                    if conn.ops.items:
+                        self._ship_ops(conn)
+                    if not defer or len(conn.pending) >= MAX_OWED:
+                        conn.settle()
+                    wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
+                                    blobs)
+                    if defer:
+                        conn.pending.append((op, args, blobs, timeout, build))
+                        return None, None
+                    kind, msg, blob = wire.recv_frame(conn.sock)
+                except TimeoutError:
+                    self._drop(conn)
+                    raise errors.DeadlineExceededError(
+                        f"{op} on {self._host}:{self._port}: no reply within "
+                        f"{timeout} s") from None
+                except (OSError, wire.FrameError):
+                    carry = conn.unconfirmed()
+                    self._drop(conn)
+                    if not failed:  # the window starts at the first failure
+                        failed, deadline = True, time.monotonic() + self._window
+                    elif time.monotonic() > deadline:
+                        raise errors.UnavailableError(
+                            f"No fastreplay server at {self._host}:{self._port}: the "
+                            f"connection kept failing for {self._window:g} s") from None
+                    continue  # the server went away: reconnect and try again
             if kind == wire.KIND_ERROR:
                 exc = _error_from(msg)
                 if isinstance(exc, errors.DataLossError):
@@ -239,28 +295,52 @@ class RemoteBackend:
                 raise exc
             return msg.get("result"), blob
 
+    def _ship_ops(self, conn: _Conn) -> None:
+        """Send the priority updates waiting on ``conn`` as one deferred
+        call (``conn.lock`` held).  Its reply is read like any deferred
+        call's; an error read here waits in ``conn.failed`` for the next
+        call of the connection's thread."""
+        if len(conn.pending) >= MAX_OWED:
+            try:
+                conn.settle()
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the caller's error, for later
+                conn.failed = conn.failed or exc
+        args, blobs = conn.ops.take()
+        conn.pending.append(("priorities", args, blobs, None, None))
+        wire.send_frame(conn.sock, wire.KIND_CALL, {"op": "priorities", "args": args},
+                        blobs)
+
     def settle(self) -> None:
-        """Wait for the replies this thread's deferred calls still owe
-        (sending them again on a new connection if the server went away);
-        raise the first error among them."""
+        """Send this thread's waiting priority updates and wait for the
+        replies its deferred calls still owe (sending them again on a new
+        connection if the server went away); raise the first error among
+        them."""
         deadline = time.monotonic() + self._window
         while True:
             conn = getattr(self._local, "conn", None)
-            if conn is None or not conn.pending:
+            if conn is None or not (conn.pending or conn.ops.items or conn.failed):
                 return
-            try:
-                conn.sock.settimeout(None)
-                conn.settle()
-                return
-            except (OSError, wire.FrameError):
-                carry = list(conn.pending)
-                self._drop(conn)
-                if time.monotonic() > deadline:
-                    raise errors.UnavailableError(
-                        f"fastreplay server at {self._host}:{self._port} went away "
-                        "before confirming the items sent") from None
-                for a_op, a_args, a_blobs, a_timeout, a_build in carry:
-                    self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
+            with conn.lock:
+                try:
+                    conn.sock.settimeout(None)
+                    if conn.ops.items:
+                        self._ship_ops(conn)
+                    if conn.failed is not None:
+                        exc, conn.failed = conn.failed, None
+                        raise exc
+                    conn.settle()
+                    return
+                except (OSError, wire.FrameError):
+                    carry = conn.unconfirmed()
+                    self._drop(conn)
+                    if time.monotonic() > deadline:
+                        raise errors.UnavailableError(
+                            f"fastreplay server at {self._host}:{self._port} went "
+                            "away before confirming the items sent") from None
+            for a_op, a_args, a_blobs, a_timeout, a_build in carry:
+                self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
 
     def __del__(self) -> None:
         try:
@@ -278,9 +358,13 @@ class RemoteBackend:
                 except errors.ReverbError:
                     pass
             self._outbox.close()
+        if self._flusher is not None:
+            self._flusher.close()
         with self._lock:
             conns, self._conns = self._conns, []
         for c in conns:
+            if ship:
+                _deliver(c, self._ship_ops)
             c.close()
 
     # ----- tables -----
@@ -331,14 +415,21 @@ class RemoteBackend:
 
     def sample_batch(self, table: str, n: int, timeout: float | None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
-        args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
-        segment = None
-        want = self._batch_bytes.get((table, n), 0)
-        if self._shm and want >= SHM_MIN_BYTES:
-            segment = self._lease(want)
-            if segment is not None:
-                args["shm"] = segment[1].name
-        result, blob = self.call("sample_batch", args, timeout=timeout)
+        conn = self._conn(time.monotonic() + self._window)
+        with conn.lock:
+            got = self._take_ahead(conn, table, n)
+            if got is None:
+                args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
+                segment = self._segment_for(table, n)
+                if segment is not None:
+                    args["shm"] = segment[1].name
+                result, blob = self.call("sample_batch", args, timeout=timeout)
+                got = result, blob, segment
+            now = getattr(self._local, "conn", None)  # another after a reconnect
+            if (now is not None and now.streak.called(table, n)
+                    and ahead.eligible(self.table_info(table))):
+                self._ask_ahead(now, table, n)
+        result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
         if segment is not None and result.get("shm") == segment[1].name:
             arrays = _segment_arrays(result["arrays"], *segment)
@@ -349,6 +440,56 @@ class RemoteBackend:
         k = result["n_info"]
         return (SampleInfoBatch(*arrays[:k]), arrays[k:],
                 structure_from_json(result["structure"]))
+
+    def _segment_for(self, table: str, n: int) -> tuple[_Conn, Any] | None:
+        """A shared-memory segment for a batch of ``n`` of ``table`` when
+        such batches are large and the server is on this host."""
+        want = self._batch_bytes.get((table, n), 0)
+        return self._lease(want) if self._shm and want >= SHM_MIN_BYTES else None
+
+    def _ask_ahead(self, conn: _Conn, table: str, n: int) -> None:
+        """Ask for the next batch now (``ahead``; ``conn.lock`` held)."""
+        segment = self._segment_for(table, n)
+        args: dict[str, Any] = {"table": table, "n": n, "timeout": 0}
+        if segment is not None:
+            args["shm"] = segment[1].name
+        try:
+            if conn.ops.items:
+                self._ship_ops(conn)
+            wire.send_frame(conn.sock, wire.KIND_CALL,
+                            {"op": "sample_batch", "args": args})
+        except OSError:
+            return  # the next call finds the connection broken and reconnects
+        conn.ahead = ahead.Ahead(table, n, segment)
+        conn.pending.append(("sample_batch", args, (), 0, _AHEAD))
+
+    def _take_ahead(self, conn: _Conn, table: str, n: int
+                    ) -> tuple[Any, Any, Any] | None:
+        """The reply of the batch asked for ahead if it answers this call
+        (``conn.lock`` held); None otherwise (it is thrown away)."""
+        a = conn.ahead
+        if a is None:
+            return None
+        error: Exception | None = None
+        try:
+            if a.reply is None:
+                conn.sock.settimeout(None)
+                conn.settle()  # reads it, with the deferred calls' replies before it
+        except OSError:
+            a.valid = False  # the next call reconnects
+        except Exception as exc:  # noqa: BLE001 - a deferred call's error: raised below
+            a.valid, error = False, exc
+        conn.ahead = None
+        hit = a.usable(table, n, wire.KIND_REPLY)
+        conn.streak.outcome(hit)
+        if not hit and a.segment is not None:
+            a.segment[0].free.append(a.segment[1])
+        if error is not None:
+            raise error
+        if not hit:
+            return None
+        assert a.reply is not None
+        return a.reply[1].get("result"), a.reply[2], a.segment
 
     def _lease(self, nbytes: int) -> tuple[_Conn, Any] | None:
         """A free segment of this thread's connection holding ``nbytes``,
@@ -391,25 +532,61 @@ class RemoteBackend:
 
     def mutate_priorities(self, table: str, updates: Mapping[int, float] | None,
                           deletes: Iterable[int] | None) -> None:
-        self.table_info(table)  # an unknown table fails here, not deferred
-        updates = dict(updates or {})
-        keys = np.fromiter(updates.keys(), np.uint64, len(updates))
+        self.table_info(table)  # an unknown table fails here, not later
+        updates = updates or {}
+        keys = key_array(table, list(updates))
         prios = np.fromiter(updates.values(), np.float64, len(updates))
-        dels = np.asarray(list(deletes or ()), dtype=np.uint64)
+        dels = key_array(table, list(deletes or ()))
         _check_priorities(table, prios)
-        descs, bufs = wire.pack_arrays([keys, prios, dels])
-        self.call("mutate", {"table": table, "arrays": descs}, bufs, defer=True)
+        self._queue(table, keys, prios, dels)
 
     def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
-        self.table_info(table)  # an unknown table fails here, not deferred
-        k = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
-        p = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
+        self.table_info(table)  # an unknown table fails here, not later
+        k = key_array(table, keys).copy()  # kept until sent: the caller may reuse it
+        p = np.array(priorities, dtype=np.float64).reshape(-1)
         if len(k) != len(p):
             raise ValueError(f"keys and priorities differ in length ({len(k)} != "
                              f"{len(p)})")
         _check_priorities(table, p)
-        descs, bufs = wire.pack_arrays([k, p])
-        self.call("update", {"table": table, "arrays": descs}, bufs, defer=True)
+        self._queue(table, k, p, None)
+
+    def _queue(self, table: str, keys: np.ndarray, priorities: np.ndarray,
+               deletes: np.ndarray | None) -> None:
+        """Add one update to this thread's connection (``priorities``): sent
+        with the thread's next call, once MAX_KEYS keys wait, or by the
+        Flusher after MAX_DELAY."""
+        conn = self._conn(time.monotonic() + self._window)
+        with conn.lock:
+            first = conn.ops.add(table, keys, priorities, deletes)
+            if conn.ahead is not None:
+                conn.ahead.touched.append(keys)
+                if deletes is not None:
+                    conn.ahead.touched.append(deletes)
+            full = conn.ops.keys >= MAX_KEYS
+        if full:
+            self._send_ops()
+        elif first:
+            if self._flusher is None:
+                with self._lock:
+                    if self._flusher is None:
+                        self._flusher = Flusher(self._ship_ops)
+            self._flusher.watch(conn)
+
+    def _send_ops(self) -> None:
+        """Send this thread's waiting priority updates now (their replies
+        are read later, like any deferred call's)."""
+        conn = self._conn(time.monotonic() + self._window)
+        with conn.lock:
+            if not conn.ops.items:
+                return
+            try:
+                self._ship_ops(conn)
+                return
+            except (OSError, wire.FrameError):
+                carry = conn.unconfirmed()
+                self._drop(conn)
+        for a_op, a_args, a_blobs, a_timeout, a_build in carry:
+            self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
 
     def reset(self, table: str) -> None:
         self.call("reset", {"table": table})
@@ -417,6 +594,19 @@ class RemoteBackend:
     def checkpoint(self) -> str:
         result, _ = self.call("checkpoint", {})
         return str(result)
+
+
+def _deliver(conn: _Conn, ship: Any) -> None:
+    """Send ``conn``'s waiting priority updates and read the replies it is
+    owed (bounded), so that closing it loses nothing it accepted."""
+    with conn.lock:
+        try:
+            conn.sock.settimeout(5.0)
+            if conn.ops.items:
+                ship(conn)
+            conn.settle()
+        except Exception:  # noqa: BLE001 - closing: errors are no one's now
+            pass
 
 
 def _segment_arrays(descs: Any, conn: _Conn, segment: Any) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastreplay import _core, _structures, errors
-from fastreplay.net import wire
+from fastreplay.net import priorities, wire
 from fastreplay.net.codec import info_to_json, structure_from_json, structure_to_json
 from fastreplay.replay_sample import SampleInfoBatch
 
@@ -52,36 +52,44 @@ class Service:
     def __init__(self, server: Server, listener: socket.socket,
                  token: str | None) -> None:
         self._server = server
-        self._listener = listener
         self._token = token
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._closed = False
-        listener.listen(128)
-        self._thread = threading.Thread(target=self._accept, daemon=True,
-                                        name="fastreplay-accept")
-        self._thread.start()
+        self._listeners = [listener]
+        local = _local_listener(server.host, server.port)
+        if local is not None:
+            self._listeners.append(local)
+        self._threads = []
+        for sock in self._listeners:
+            sock.listen(128)
+            thread = threading.Thread(target=self._accept, args=(sock,), daemon=True,
+                                      name="fastreplay-accept")
+            thread.start()
+            self._threads.append(thread)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             conns = list(self._conns)
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._listener.close()
+        for listener in self._listeners:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            listener.close()
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self._thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except OSError:
                 return
             with self._lock:
@@ -97,8 +105,9 @@ class Service:
     def _serve(self, sock: socket.socket) -> None:
         state = _State()
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             self._hello(sock)
             while True:
                 _, msg, blob = wire.recv_frame(sock)
@@ -134,7 +143,8 @@ class Service:
                     "fastreplay server: wrong or missing token"))
                 raise wire.FrameError("bad token")
         wire.send_frame(sock, wire.KIND_REPLY, {"result": {
-            "tables": sorted(self._server.tables), "version": wire.VERSION}})
+            "tables": sorted(self._server.tables), "version": wire.VERSION,
+            "port": self._server.port}})
 
     def _table(self, args: dict[str, Any]) -> Table:
         name = args.get("table")
@@ -259,18 +269,16 @@ class Service:
                 raise  # e.g. InvalidPriorityError: the caller's error
             raise _ProtocolError(f"malformed items frame: {exc!r}") from None
 
-    def _mutate(self, args: dict[str, Any], blob: Any, state: _State
-                ) -> tuple[Any, list[Any]]:
-        table = self._table(args)
-        keys, prios, deletes = wire.unpack_arrays(args["arrays"], blob)
-        table.mutate_priorities(dict(zip(keys.tolist(), prios.tolist(), strict=True)),
-                                deletes.tolist())
-        return None, []
-
-    def _update(self, args: dict[str, Any], blob: Any, state: _State
-                ) -> tuple[Any, list[Any]]:
-        keys, prios = wire.unpack_arrays(args["arrays"], blob)
-        self._table(args).update_priorities(keys, prios)
+    def _priorities(self, args: dict[str, Any], blob: Any, state: _State
+                    ) -> tuple[Any, list[Any]]:
+        """Priority updates and mutations of one client thread, in order
+        (``priorities.Ops``)."""
+        try:
+            ops = priorities.read_frame(args, blob)
+        except wire.FrameError as exc:
+            raise _ProtocolError(str(exc)) from None
+        for name, keys, prios, deletes in ops:
+            self._table({"table": name}).mutate_keys(keys, prios, deletes)
         return None, []
 
     def _reset(self, args: dict[str, Any], blob: Any, state: _State
@@ -286,7 +294,7 @@ class Service:
 _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
         "shm_attach": Service._shm_attach, "shm_detach": Service._shm_detach,
         "sample_items": Service._sample_items, "insert": Service._insert,
-        "mutate": Service._mutate, "update": Service._update,
+        "priorities": Service._priorities,
         "reset": Service._reset, "checkpoint": Service._checkpoint}
 
 
@@ -310,6 +318,22 @@ def _shm_layout(arrays: list[np.ndarray]) -> tuple[list[int], int]:
         offsets.append(at)
         at += (a.nbytes + 63) // 64 * 64
     return offsets, at
+
+
+def _local_listener(host: str, port: int) -> socket.socket | None:
+    """The abstract Unix socket (``wire.local_socket_name``) for clients of
+    this host, when the server listens on a loopback or every address;
+    None when the name is taken (then those clients use TCP)."""
+    name = wire.local_socket_name(port)
+    if name is None or not (host.startswith("127.") or host in ("::1", "0.0.0.0", "::")):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(name)
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
 
 def _timeout(args: dict[str, Any]) -> float | None:
