@@ -103,7 +103,8 @@ class Proc:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                 bufsize=1, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
@@ -142,19 +143,25 @@ class Proc:
         self.send(op, **args)
         return self.recv(timeout)
 
-    def close(self) -> None:
-        """Ask it to quit; kill it (this PID only) if it has not within 10 s."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(OSError, ValueError, RuntimeError):
+    def close(self, grace: float = 10.0) -> None:
+        """Ask it to quit; kill it (this PID only) if it has not within
+        ``grace`` seconds."""
+        running = self.popen.poll() is None
+        if running:
+            with contextlib.suppress(RuntimeError):
                 self.send("quit")
-            with contextlib.suppress(OSError, ValueError):
-                assert self.popen.stdin is not None
-                self.popen.stdin.close()
+        with contextlib.suppress(OSError, ValueError):  # a broken pipe
+            assert self.popen.stdin is not None
+            self.popen.stdin.close()
+        if running:
             try:
-                self.popen.wait(10)
+                self.popen.wait(grace)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(10)
+        self.reader.join(5)  # end of its output: the process is gone
+        if not self.reader.is_alive() and self.popen.stdout is not None:
+            self.popen.stdout.close()
 
 
 def rate(out: dict[str, Any]) -> float:
@@ -228,6 +235,9 @@ class Session:
             [("actor", f"actor{i}", {**client, "seed": i})
              for i in range(max(p.actors, default=0))]
             + [("learner", "learner", client)], p.timeout)
+        self.log(f"  {self.lib:10} actor pids "
+                 f"{' '.join(str(a.popen.pid) for a in actors) or '-'}, "
+                 f"learner pid {learner.popen.pid}")
         phases: list[Callable[[], None]] = [lambda: self._actors(actors),
                                             lambda: self._learner(learner)]
         if self.lib == "fastreplay":
