@@ -127,8 +127,9 @@ class Proc:
             raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n"
                                f"{self.tail()}")
         out: dict[str, Any] = json.loads(line)
-        if "error" in out:
-            raise RuntimeError(f"{self.name}: {out['error']}")
+        if "error" in out:  # a traceback: its last line first
+            lines = out["error"].strip().splitlines() or ["?"]
+            raise RuntimeError(f"{self.name}: {lines[-1]}\n{out['error']}")
         return out
 
     def send(self, op: str, **args: Any) -> None:
@@ -170,7 +171,8 @@ def rate(out: dict[str, Any]) -> float:
 
 class Session:
     """One library's server, actors and learner; ``values[label]`` holds the
-    rounds of each measurement (labels: ``LABELS`` and the Atari ones).
+    rounds of each measurement (labels such as "actors x2 aggregate steps/s",
+    "small sample(256) batches/s" or "update_priorities(256) calls/s").
     ``run`` records a phase that fails in ``errors`` and goes on with the
     next; ``close`` (or leaving the ``with`` block) ends every process."""
 
@@ -238,12 +240,12 @@ class Session:
         self.log(f"  {self.lib:10} actor pids "
                  f"{' '.join(str(a.popen.pid) for a in actors) or '-'}, "
                  f"learner pid {learner.popen.pid}")
-        phases: list[Callable[[], None]] = [lambda: self._actors(actors),
-                                            lambda: self._learner(learner)]
+        phases: list[tuple[str, Callable[[], None]]] = [
+            ("actors", lambda: self._actors(actors)),
+            ("learner", lambda: self._learner(learner))]
         if self.lib == "fastreplay":
-            phases.append(lambda: self._in_process(server))
-        for name, phase in zip(("actors", "learner", "in process"), phases,
-                               strict=False):
+            phases.append(("in process", lambda: self._in_process(server)))
+        for name, phase in phases:
             try:
                 phase()
             except RuntimeError as e:
