@@ -99,7 +99,8 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
         assert set(r) >= {"workload", "library", "variant", "median", "unit", "ratio",
                           "rounds"}
         assert positive(r["median"]) or r["unit"] == "items/s", r
-        assert r["rounds"] >= 1 and r["unit"] in {"s", "B", "steps/s", "items/s"}
+        assert r["rounds"] >= 1 and r["unit"] in {"s", "B", "steps/s", "items/s",
+                                                  "batches/s", "calls/s"}
         assert r["ratio"] is None or positive(r["ratio"])
         assert r["library"] in PEER_NAMES | {"fastreplay", "uncompressed"}
     for s in skipped:
@@ -126,6 +127,78 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
     memory = {r["variant"]: r["median"] for r in results if r["workload"] == "memory"}
     assert memory["one step's payload"] == 84 * 84 * 4 + 8
     assert memory["stored (LZ4 chunks)"] < memory["one step's payload"] / 4
+
+
+def test_bench_processes_runs_actors_and_a_learner_in_other_processes(
+        tmp_path: Path) -> None:
+    out = fastreplay_cmd("bench", "--quick", "--only", "processes", "--json", "p.json",
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert [w["name"] for w in doc["workloads"]] == ["processes"]
+    fr = {r["variant"]: r for r in doc["results"] if r["library"] == "fastreplay"}
+    assert set(fr) == {"1 actor process: steps", "2 actor processes: aggregate steps",
+                       "learner process: sample_batch(256)",
+                       "learner process: priorities of 256 keys",
+                       "in the server process: sample_batch(256)"}
+    assert all(positive(r["median"]) and r["rounds"] == 2 for r in fr.values())
+    remote = fr["learner process: sample_batch(256)"]
+    local = fr["in the server process: sample_batch(256)"]
+    assert remote["baseline"] and remote["unit"] == local["unit"] == "batches/s"
+    # The in-process row's ratio: the remote rate as a fraction of it.
+    assert local["kind"] == "variant"
+    assert local["ratio"] == pytest.approx(remote["median"] / local["median"])
+    rv = [r for r in doc["results"] if r["library"] == "dm-reverb"]
+    skipped = [s for s in doc["skipped"] if s["library"] == "dm-reverb"]
+    assert rv or skipped  # measured, or skipped with the reason shown
+    assert all(positive(r["ratio"]) for r in rv)
+    for s in skipped:
+        assert f"- dm-reverb (processes): {s['reason'].splitlines()[0]}"[:100] \
+            in out.stdout
+    # Every worker process it started (their pids are in the log) is gone.
+    pids = [int(w) for line in out.stderr.splitlines() if " pid" in line
+            for w in line.replace(",", " ").split() if w.isdigit()]
+    assert len(pids) >= 4, out.stderr  # fastreplay's server, 2 actors, learner
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone (or no /proc)
+        assert b"process_worker" not in cmdline, pid
+
+
+def test_a_silent_worker_is_killed_within_its_bounds(tmp_path: Path) -> None:
+    from fastreplay.bench import processes
+
+    silent = tmp_path / "silent"  # an "interpreter" that never answers
+    silent.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    silent.chmod(0o755)
+    session = processes.Session("fastreplay", str(silent), processes.Plan(
+        timeout=0.5, fill_timeout=0.5), str(tmp_path), log=lambda _: None)
+    try:
+        with pytest.raises(RuntimeError, match="server: no answer within 0.5 s"):
+            session.run()
+        (proc,) = session.procs
+        assert proc.popen.poll() is None
+        proc.close(grace=0.5)  # it does not read "quit": killed, this pid only
+        assert proc.popen.returncode == -9
+    finally:
+        session.close()
+
+
+def test_a_failing_worker_answers_with_its_traceback_and_exits(
+        tmp_path: Path) -> None:
+    from fastreplay.bench import processes
+
+    proc = processes.Proc(sys.executable, "actor", {
+        "lib": "fastreplay", "address": "127.0.0.1:no-port", "seed": 0, "connect": 1},
+        str(tmp_path), 60, "actor0")
+    try:
+        with pytest.raises(RuntimeError, match=r"actor0: \w+Error: .*\nTraceback"):
+            proc.recv(60)
+        assert proc.popen.wait(30) == 1
+    finally:
+        proc.close()
 
 
 def test_bench_plot_needs_matplotlib_or_writes_a_png(tmp_path: Path) -> None:

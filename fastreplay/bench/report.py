@@ -15,7 +15,9 @@ __all__ = ["format_context", "format_table", "format_value", "plot"]
 def _ratio_text(r: Result) -> str:
     if r.baseline:
         return "1.0 (baseline)"
-    return "" if r.ratio is None else f"{r.ratio:.1f}x"
+    if r.ratio is None:
+        return ""
+    return f"{r.ratio:.2f}x" if r.ratio < 1 else f"{r.ratio:.1f}x"  # 0.12x, not 0.1x
 
 
 def format_table(run: Run, markdown: bool = False) -> str:

@@ -47,6 +47,9 @@ class Config:
     threads: tuple[int, ...]
     structured_steps: int = 5000  # steps per round of the structured workloads
     structured_rounds: int = 9
+    process_items: int = 1_000_000  # items of the table a learner process samples
+    process_rounds: int = 5  # rounds of the processes workload
+    process_seconds: float = 1.0  # one round of the processes workload
 
 
 FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
@@ -56,7 +59,8 @@ FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
 QUICK = Config(capacity=10_000, rounds=3, inner=5, writer_steps=200, writer_rounds=2,
                sample_table=2_000, sample_batches=2, memory_steps=300,
                thread_steps=300, thread_rounds=1, threads=(1, 2),
-               structured_steps=300, structured_rounds=2)
+               structured_steps=300, structured_rounds=2, process_items=2_000,
+               process_rounds=2, process_seconds=0.2)
 
 
 @dataclasses.dataclass
@@ -392,6 +396,12 @@ def _threads(cfg: Config, rec: _Recorder) -> None:
                       f" hidden: {p.last_suppressed[:90]})\n")
 
 
+def _processes(cfg: Config, rec: _Recorder) -> None:
+    from fastreplay.bench import processes
+
+    processes.measure(cfg, rec)
+
+
 WORKLOADS = [
     Workload("prioritized", "Prioritized replay, capacity 1e6: sample 256 "
              "(alpha 0.6, IS weights beta 0.4) + update 256 priorities",
@@ -416,6 +426,10 @@ WORKLOADS = [
     Workload("threads", "Aggregate throughput: 1, 2, 4 writer threads (Atari "
              "steps), alone and with one sample_batch thread", ("dm-reverb",),
              _threads),
+    Workload("processes", "Across processes: actor, learner and priority updates "
+             "against a server process (float32[8] steps, one item per step; "
+             "sample_batch(256) and priorities from a 1e6-item Prioritized table)",
+             ("dm-reverb",), _processes),
 ]
 WORKLOAD_NAMES = [w.name for w in WORKLOADS]
 
