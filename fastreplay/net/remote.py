@@ -47,7 +47,10 @@ SHM_MIN_BYTES = 1 << 20
 #: Free segments a connection keeps.
 SHM_KEEP = 3
 _LOOPBACK = ("127.0.0.1", "::1")
-_AHEAD = object()  # marks a pending sample asked for ahead
+#: Batches a learner's connection keeps asked for ahead (``ahead``): with
+#: two, the server finds the next request waiting when it sends a batch and
+#: the learner finds the next batch waiting when it asks.
+AHEAD_DEPTH = 2
 _counter = itertools.count()
 _BUILTIN_ERRORS = {e.__name__: e for e in (
     ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
@@ -94,6 +97,7 @@ class _Conn:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.reader = wire.Reader(sock)
         self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
         # Deferred calls sent whose replies are not read yet, oldest first,
         # as call() arguments: sent again on a new connection if this one
@@ -108,18 +112,22 @@ class _Conn:
         self.ops = Ops()  # priority updates not sent yet
         # An error of a deferred call the Flusher read: raised by the next call.
         self.failed: BaseException | None = None
-        self.ahead: ahead.Ahead | None = None  # a batch asked for ahead
+        # Batches asked for ahead, oldest first.
+        self.ahead: collections.deque[ahead.Ahead] = collections.deque()
         self.streak = ahead.Streak()
 
-    def settle(self) -> None:
-        """Read the replies owed for deferred calls; raise the first error
-        among them (after reading them all)."""
+    def settle(self, until: Any = None) -> None:
+        """Read the replies owed for deferred calls (up to the batch asked
+        for ahead ``until``, when given); raise the first error among them
+        (after reading them)."""
         first: BaseException | None = None
         while self.pending:
-            kind, msg, blob = wire.recv_frame(self.sock)
-            if self.pending.popleft()[4] is _AHEAD:
-                if self.ahead is not None:
-                    self.ahead.reply = (kind, msg, blob)
+            kind, msg, blob = self.reader.recv_frame()
+            done = self.pending.popleft()[4]
+            if isinstance(done, ahead.Ahead):
+                done.reply = (kind, msg, blob)
+                if done is until:
+                    break
             elif kind == wire.KIND_ERROR and first is None:
                 first = _error_from(msg)
         if first is not None:
@@ -128,7 +136,7 @@ class _Conn:
     def unconfirmed(self) -> list[tuple[Any, ...]]:
         """Deferred calls sent and not confirmed, to send again on a new
         connection (batches asked for ahead are not)."""
-        return [c for c in self.pending if c[4] is not _AHEAD]
+        return [c for c in self.pending if not isinstance(c[4], ahead.Ahead)]
 
     def close(self) -> None:
         try:
@@ -259,8 +267,9 @@ class RemoteBackend:
                     raise exc
                 if build is not None:
                     args, blobs = build(conn)
-                if conn.ahead is not None and not defer:
-                    conn.ahead.valid = False  # another call came in between
+                if conn.ahead and not defer and op != "shm_attach":
+                    for a in conn.ahead:
+                        a.valid = False  # another call came in between
                 try:
                     conn.sock.settimeout(None if timeout is None else timeout + 10.0)
                     if conn.ops.items:
@@ -272,7 +281,7 @@ class RemoteBackend:
                     if defer:
                         conn.pending.append((op, args, blobs, timeout, build))
                         return None, None
-                    kind, msg, blob = wire.recv_frame(conn.sock)
+                    kind, msg, blob = conn.reader.recv_frame()
                 except TimeoutError:
                     self._drop(conn)
                     raise errors.DeadlineExceededError(
@@ -428,7 +437,8 @@ class RemoteBackend:
             now = getattr(self._local, "conn", None)  # another after a reconnect
             if (now is not None and now.streak.called(table, n)
                     and ahead.eligible(self.table_info(table))):
-                self._ask_ahead(now, table, n)
+                while len(now.ahead) < AHEAD_DEPTH and self._ask_ahead(now, table, n):
+                    pass
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
         if segment is not None and result.get("shm") == segment[1].name:
@@ -447,8 +457,8 @@ class RemoteBackend:
         want = self._batch_bytes.get((table, n), 0)
         return self._lease(want) if self._shm and want >= SHM_MIN_BYTES else None
 
-    def _ask_ahead(self, conn: _Conn, table: str, n: int) -> None:
-        """Ask for the next batch now (``ahead``; ``conn.lock`` held)."""
+    def _ask_ahead(self, conn: _Conn, table: str, n: int) -> bool:
+        """Ask for a next batch now (``ahead``; ``conn.lock`` held)."""
         segment = self._segment_for(table, n)
         args: dict[str, Any] = {"table": table, "n": n, "timeout": 0}
         if segment is not None:
@@ -459,27 +469,28 @@ class RemoteBackend:
             wire.send_frame(conn.sock, wire.KIND_CALL,
                             {"op": "sample_batch", "args": args})
         except OSError:
-            return  # the next call finds the connection broken and reconnects
-        conn.ahead = ahead.Ahead(table, n, segment)
-        conn.pending.append(("sample_batch", args, (), 0, _AHEAD))
+            return False  # the next call finds the connection broken, reconnects
+        a = ahead.Ahead(table, n, segment)
+        conn.ahead.append(a)
+        conn.pending.append(("sample_batch", args, (), 0, a))
+        return True
 
     def _take_ahead(self, conn: _Conn, table: str, n: int
                     ) -> tuple[Any, Any, Any] | None:
-        """The reply of the batch asked for ahead if it answers this call
-        (``conn.lock`` held); None otherwise (it is thrown away)."""
-        a = conn.ahead
-        if a is None:
+        """The reply of the oldest batch asked for ahead if it answers this
+        call (``conn.lock`` held); None otherwise (it is thrown away)."""
+        if not conn.ahead:
             return None
+        a = conn.ahead.popleft()
         error: Exception | None = None
         try:
             if a.reply is None:
                 conn.sock.settimeout(None)
-                conn.settle()  # reads it, with the deferred calls' replies before it
+                conn.settle(a)  # reads it, with the deferred calls' replies before it
         except OSError:
             a.valid = False  # the next call reconnects
         except Exception as exc:  # noqa: BLE001 - a deferred call's error: raised below
             a.valid, error = False, exc
-        conn.ahead = None
         hit = a.usable(table, n, wire.KIND_REPLY)
         conn.streak.outcome(hit)
         if not hit and a.segment is not None:
@@ -558,10 +569,10 @@ class RemoteBackend:
         conn = self._conn(time.monotonic() + self._window)
         with conn.lock:
             first = conn.ops.add(table, keys, priorities, deletes)
-            if conn.ahead is not None:
-                conn.ahead.touched.append(keys)
+            for a in conn.ahead:
+                a.touched.append(keys)
                 if deletes is not None:
-                    conn.ahead.touched.append(deletes)
+                    a.touched.append(deletes)
             full = conn.ops.keys >= MAX_KEYS
         if full:
             self._send_ops()

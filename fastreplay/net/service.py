@@ -109,8 +109,9 @@ class Service:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             self._hello(sock)
+            reader = wire.Reader(sock)
             while True:
-                _, msg, blob = wire.recv_frame(sock)
+                _, msg, blob = reader.recv_frame()
                 try:
                     result, blobs = self._call(msg, blob, state)
                 except _ProtocolError as exc:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FrameError", "MAGIC", "VERSION", "recv_frame", "send_frame",
+__all__ = ["FrameError", "MAGIC", "VERSION", "Reader", "recv_frame", "send_frame",
            "pack_arrays", "unpack_arrays", "max_blob_bytes", "local_socket_name"]
 
 MAGIC = b"FRWP"
@@ -128,11 +128,9 @@ def _recv_blob(sock: socket.socket, n: int) -> Any:
     return np.concatenate(parts)
 
 
-def recv_frame(sock: socket.socket, max_blob: int | None = None,
-               max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
-    """``(kind, message, blob)`` of the next frame; FrameError when the peer
-    closed or sent something that is not a valid frame."""
-    head = _recv_exact(sock, _HEADER.size)
+def _check_head(head: Any, max_blob: int | None, max_json: int) -> tuple[int, int, int]:
+    """``(kind, json_len, blob_len)`` of a frame header, every size checked
+    against its limit."""
     magic, version, kind, _, json_len, blob_len = _HEADER.unpack(head)
     if magic != MAGIC:
         raise FrameError(f"not a fastreplay frame (magic {bytes(magic)!r})")
@@ -148,14 +146,92 @@ def recv_frame(sock: socket.socket, max_blob: int | None = None,
     if blob_len > limit:
         raise FrameError(f"frame declares {blob_len} bytes of data (at most {limit}; "
                          "FASTREPLAY_MAX_FRAME_BYTES raises the limit)")
-    body = _recv_blob(sock, json_len)  # pages touched only as bytes arrive
+    return kind, json_len, blob_len
+
+
+def _parse(body: bytes) -> dict[str, Any]:
     try:
-        message = json.loads(body.tobytes())
+        message = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"frame JSON is malformed: {exc}") from None
     if not isinstance(message, dict):
         raise FrameError("frame JSON is not an object")
-    return kind, message, _recv_blob(sock, blob_len)
+    return message
+
+
+def recv_frame(sock: socket.socket, max_blob: int | None = None,
+               max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
+    """``(kind, message, blob)`` of the next frame, read without a buffer
+    (nothing past the frame is taken from the socket); FrameError when the
+    peer closed or sent something that is not a valid frame."""
+    kind, json_len, blob_len = _check_head(_recv_exact(sock, _HEADER.size),
+                                           max_blob, max_json)
+    body = _recv_blob(sock, json_len)  # pages touched only as bytes arrive
+    return kind, _parse(body.tobytes()), _recv_blob(sock, blob_len)
+
+
+class Reader:
+    """The frames of one socket, read through a buffer: one system call
+    takes in whatever the peer has sent (often a whole frame, sometimes
+    several), where reading header, JSON and data apart costs three.  A
+    frame's data is copied out of the buffer into its own array."""
+
+    SIZE = 1 << 16
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = bytearray(self.SIZE)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+
+    def _have(self, n: int) -> None:
+        """At least ``n`` (<= SIZE) bytes buffered from ``_start``."""
+        if self._start + n > self.SIZE:
+            left = self._end - self._start
+            self._buf[:left] = self._buf[self._start:self._end]
+            self._start, self._end = 0, left
+        while self._end - self._start < n:
+            k = self.sock.recv_into(self._view[self._end:], self.SIZE - self._end)
+            if k == 0:
+                raise FrameError("connection closed in the middle of a frame"
+                                 if self._end > self._start else "connection closed")
+            self._end += k
+
+    def _take(self, n: int) -> Any:
+        """The next ``n`` bytes as a new uint8 array."""
+        out = np.empty(n, np.uint8)
+        have = min(n, self._end - self._start)
+        out[:have] = np.frombuffer(self._buf, np.uint8, have, self._start)
+        self._start += have
+        if have < n:
+            if n - have <= self.SIZE // 2:
+                self._have(n - have)
+                out[have:] = np.frombuffer(self._buf, np.uint8, n - have, self._start)
+                self._start += n - have
+            else:  # large: straight into the array
+                _recv_into(self.sock, memoryview(out)[have:])
+        return out
+
+    def recv_frame(self, max_blob: int | None = None,
+                   max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
+        """As the module's ``recv_frame``."""
+        self._have(_HEADER.size)
+        head = self._view[self._start:self._start + _HEADER.size]
+        kind, json_len, blob_len = _check_head(head, max_blob, max_json)
+        self._start += _HEADER.size
+        if json_len <= self.SIZE:
+            self._have(json_len)
+            body = bytes(self._view[self._start:self._start + json_len])
+            self._start += json_len
+        else:
+            body = self._take(json_len).tobytes()
+        message = _parse(body)
+        if blob_len > 4 * _STEP:
+            have = self._end - self._start
+            prefix = self._take(have)
+            return kind, message, np.concatenate([prefix, _recv_blob(self.sock,
+                                                                     blob_len - have)])
+        return kind, message, self._take(blob_len)
 
 
 # ----- arrays -----
