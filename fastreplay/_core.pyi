@@ -144,7 +144,7 @@ class TableCore:
         list[SampledTrajectory] | None,
     ]: ...
     def sample_batch(
-        self, n: int, timeout: float | None = None
+        self, n: int, timeout: float | None = None, out: Any = None, offset: int = 0
     ) -> tuple[
         npt.NDArray[np.uint64],
         npt.NDArray[np.float64],

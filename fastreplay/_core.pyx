@@ -10,6 +10,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+import math
 import numpy as np
 
 _ndarray = np.ndarray  # one global lookup for the type checks of the .pxi files

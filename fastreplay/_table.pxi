@@ -89,8 +89,11 @@ cdef int _gather_columns(void *arg) noexcept nogil:
     return FR_OK
 
 
-cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
-    """Stack column c of the n trajectories into one array per column."""
+cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
+                   Py_ssize_t offset=0):
+    """Stack column c of the n trajectories into one array per column: in
+    ``out`` (a writable buffer) back to back from ``offset``, each 64-byte
+    aligned, while they fit; in new (pooled) arrays otherwise."""
     if n == 0:
         return [], []
     cdef int64_t most = 0
@@ -117,6 +120,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
         slots = max(1, _CACHE_BUDGET // most)
     cdef size_t cache_n = slots * (sizeof(fr_gather_key) + most) + 8
     cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
+    target = None if out is None else np.frombuffer(out, np.uint8)
+    cdef Py_ssize_t at = offset, size
     try:
         if not outs or not strides or not cache:
             raise MemoryError()
@@ -128,10 +133,16 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table):
                 outs[c], strides[c] = NULL, 0
                 continue
             shape, dtype = _spec_info(first.spec)
-            out = _empty_output((n,) + (() if first.squeeze else (first.length,)) + shape,
-                                dtype)
-            outs[c], strides[c] = _data_of(out), out.nbytes // n
-            columns.append(out)
+            full = (n,) + (() if first.squeeze else (first.length,)) + shape
+            size = dtype.itemsize * math.prod(full)
+            at = (at + 63) // 64 * 64
+            if target is not None and 0 <= at and at + size <= target.size:
+                column = target[at:at + size].view(dtype).reshape(full)
+                at += size
+            else:
+                column = _empty_output(full, dtype)
+            outs[c], strides[c] = _data_of(column), column.nbytes // n
+            columns.append(column)
             squeeze.append(bool(first.squeeze))
         job = _GatherJob(ts, n, n_cols, outs, strides, cache, most, slots, -1)
         rc = _run_gil_free(_gather_columns, &job)  # ... and copy without it
@@ -379,7 +390,7 @@ cdef class TableCore:
                     sizes[:done], data)
         return keys, probs, prios, times, sizes, data
 
-    def sample_batch(self, Py_ssize_t n, timeout=None):
+    def sample_batch(self, Py_ssize_t n, timeout=None, out=None, Py_ssize_t offset=0):
         """Sample up to n items and gather their data into stacked arrays.
 
         Returns ``(keys, probabilities, priorities, times_sampled,
@@ -387,7 +398,9 @@ cdef class TableCore:
         ``[B, T, *shape]`` (``[B, *shape]`` when squeezed); structure_id is
         the items' nest in fastreplay._structures.  Every sampled item must
         have the same structure, columns, dtypes and lengths.  Selection and gathering (with
-        decompression) run without the GIL.
+        decompression) run without the GIL.  With ``out`` (a writable
+        buffer), the columns that fit are gathered straight into it, from
+        ``offset`` on, each 64-byte aligned (a batch for another process).
         """
         self._check_num_samples(n)
         cdef int64_t tns = _timeout_ns(timeout)
@@ -412,7 +425,7 @@ cdef class TableCore:
             if rc != FR_OK:
                 _raise_for_status(rc, self._ctx())
             sid = _same_structure(<fr_trajectory **>yv, done, self.name)
-            columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name)
+            columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name, out, offset)
         finally:
             for i in range(done):
                 fr_trajectory_payload_release(NULL, yv[i])

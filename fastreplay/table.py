@@ -425,14 +425,17 @@ class Table:
         ]
 
     def sample_batch(
-        self, num_samples: int, *, timeout: float | None = None
+        self, num_samples: int, *, timeout: float | None = None, out: Any = None,
+        offset: int = 0,
     ) -> tuple[SampleInfoBatch, list[Any], int]:
         """Sample items as stacked arrays: ``(info, columns, structure_id)``
         with ``columns`` the flat list of ``[B, T, ...]`` arrays (``[B, ...]``
         when squeezed) and the items' structure id (``_structures``).  Rate
-        limiting and timeouts as :meth:`sample`."""
+        limiting and timeouts as :meth:`sample`.  With ``out`` (a writable
+        buffer) the columns that fit are gathered into it from ``offset``
+        on, each 64-byte aligned (``TableCore.sample_batch``)."""
         keys, probs, prios, times, sizes, columns, _, sid = self._core.sample_batch(
-            self._num_samples(num_samples), timeout)
+            self._num_samples(num_samples), timeout, out, offset)
         return SampleInfoBatch(keys, probs, sizes, prios, times), columns, sid
 
     def export_records(self, max_items: int) -> tuple[Any, ...]:
