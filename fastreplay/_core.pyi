@@ -66,9 +66,10 @@ def export_wire(
     np.ndarray[Any, Any],
     list[tuple[str, int, tuple[int, ...]]],
     list[ChunkHandle],
+    npt.NDArray[np.uint64],
 ]: ...
 def pack_chunks(
-    handles: list[ChunkHandle],
+    handles: list[ChunkHandle], index: Any = None
 ) -> tuple[np.ndarray[Any, Any], bytearray]: ...
 def restore_chunks(
     store: ChunkStore, chunk_map: dict[int, ChunkHandle], records: Any, data: Any

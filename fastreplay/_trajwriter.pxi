@@ -168,6 +168,18 @@ cdef bint _same_keys(dict d, tuple keys) noexcept:
     return True
 
 
+cdef object _LEAF_SID = None
+
+
+cdef object _leaf_structure():
+    """The nest registry's id of an item that is one column (no nest)."""
+    global _LEAF_SID
+    if _LEAF_SID is None:
+        from fastreplay import _structures
+        _LEAF_SID = _structures.intern(None)
+    return _LEAF_SID
+
+
 cdef class _WriterBase:
     """Per-step methods of TrajectoryWriter (see fastreplay/writer.py, which
     sets these attributes up and provides the general paths they fall back
@@ -280,6 +292,9 @@ cdef class _WriterBase:
                 if type(columns[i]) is not TrajectoryColumn:
                     columns = None  # nested now: the general path
                     break
+        elif type(trajectory) is TrajectoryColumn:  # one column, no nest
+            columns = [trajectory]
+            structure = _leaf_structure()
         if columns is None:
             columns, structure = self._item_columns(trajectory)
         entry = self._targets.get(table)

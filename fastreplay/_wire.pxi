@@ -56,11 +56,11 @@ cdef void *_records(object arr, object dtype, str what) except NULL:
 
 
 def export_wire(TableCore table not None, int64_t max_items) -> tuple:
-    """``(items, columns, slices, specs, chunks)`` of the oldest
+    """``(items, columns, slices, specs, chunks, chunk_keys)`` of the oldest
     ``max_items`` items of ``table`` (insertion order): record arrays of
     ITEM_DTYPE, COLUMN_DTYPE and SLICE_DTYPE (slices name chunks by key),
-    the distinct column specs as ``(kind, itemsize, shape)`` and a
-    ChunkHandle per distinct chunk."""
+    the distinct column specs as ``(kind, itemsize, shape)``, a ChunkHandle
+    per distinct chunk and their keys (uint64, in the same order)."""
     cdef int64_t cap = fr_table_size(table._t) + 16, n, i
     cdef fr_item *buf
     while True:  # fr_table_items copies (and retains) nothing when cap is short
@@ -79,7 +79,7 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     cdef _WCol *cv
     cdef _WSlice *sv
     cdef fr_slice *s
-    specs, spec_ids, chunks, seen = [], {}, [], set()
+    specs, spec_ids, chunks, keys, seen = [], {}, [], [], set()
     try:
         for i in range(m):
             t = <fr_trajectory *><size_t>buf[i].payload
@@ -118,16 +118,20 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
                         seen.add(<size_t>s.chunk)
                         fr_chunk_retain(s.chunk)
                         chunks.append(ChunkHandle.adopt(s.chunk))
+                        keys.append(s.chunk.key)
     finally:
         for i in range(n):
             fr_trajectory_payload_release(NULL, buf[i].payload)
         free(buf)
-    return items, columns, slices, specs, chunks
+    return items, columns, slices, specs, chunks, np.array(keys, dtype=np.uint64)
 
 
-def pack_chunks(list handles) -> tuple:
-    """``(records, data)``: a CHUNK_DTYPE record per ChunkHandle and their
-    stored bytes back to back (``at`` is each one's offset in data)."""
+def pack_chunks(list handles, index=None) -> tuple:
+    """``(records, data)``: a CHUNK_DTYPE record per ChunkHandle (of
+    ``handles[index]`` when an index array is given) and their stored bytes
+    back to back (``at`` is each one's offset in data)."""
+    if index is not None:
+        handles = [handles[k] for k in np.asarray(index, dtype=np.intp).tolist()]
     cdef Py_ssize_t k, n = len(handles)
     cdef int64_t total = 0
     cdef ChunkHandle h

@@ -440,7 +440,7 @@ class Table:
 
     def export_records(self, max_items: int) -> tuple[Any, ...]:
         """The oldest ``max_items`` items as record arrays, their column
-        specs and their chunks (``_core.export_wire``): what the network
+        specs, their chunks and the chunks' keys (``_core.export_wire``): what the network
         transport sends."""
         return _core.export_wire(self._core, max_items)
 

@@ -23,7 +23,7 @@ from fastreplay.table import Table
 if TYPE_CHECKING:
     from fastreplay.net.remote import RemoteBackend, _Conn
 
-__all__ = ["Outbox", "STAGING_ITEMS"]
+__all__ = ["HeldChunks", "Outbox", "STAGING_ITEMS"]
 
 #: Items in flight per remote table before a writer blocks.
 STAGING_ITEMS = 16_384
@@ -52,6 +52,7 @@ class Outbox:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self._waiting = 0  # flush calls waiting for a pass
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name="fastreplay-outbox")
         self._thread.start()
@@ -70,10 +71,14 @@ class Outbox:
             return
         with self._cv:
             want = self._started + 1
+            self._waiting += 1
             self._wake.set()
-            done = self._cv.wait_for(
-                lambda: self._done >= want or self._error is not None
-                or self._stop.is_set(), timeout)
+            try:
+                done = self._cv.wait_for(
+                    lambda: self._done >= want or self._error is not None
+                    or self._stop.is_set(), timeout)
+            finally:
+                self._waiting -= 1
             if self._error is not None:
                 exc, self._error = self._error, None
                 raise exc
@@ -88,15 +93,30 @@ class Outbox:
                 exc, self._error = self._error, None
                 raise exc
 
+    def _staged(self) -> bool:
+        return any(len(t) for t in self._staging.values())
+
     def _run(self) -> None:
+        """Passes: ship what is staged; when a flush waits or nothing more
+        is staged, read the server's replies (the pass is then done).  While
+        writers keep staging, the next pass ships without waiting for the
+        replies of the last (``RemoteBackend.call`` reads them once
+        MAX_OWED are owed), so the server inserts one frame while the next
+        is packed."""
         while not self._stop.is_set():
-            self._wake.wait(0.005)
+            if not self._staged():
+                self._wake.wait(0.005)
             self._wake.clear()
             with self._cv:
                 self._started += 1
                 this = self._started
             try:
                 self._drain()
+                with self._cv:
+                    settle = self._waiting > 0
+                if not settle and self._staged():
+                    continue
+                self._backend.settle()
             except BaseException as exc:  # noqa: BLE001 - raised by the next flush
                 with self._cv:
                     self._error = exc
@@ -115,7 +135,7 @@ class Outbox:
         """Ship every staged item (the outbox thread only)."""
         for name, table in self._staging.items():
             while len(table):
-                items, columns, slices, specs, handles = table.export_records(
+                items, columns, slices, specs, handles, keys = table.export_records(
                     STAGING_ITEMS)
                 # Taken as a queue's consumer: the oldest items leave and the
                 # queue's rate limiter lets the writers go on.
@@ -123,15 +143,17 @@ class Outbox:
                 if not np.array_equal(taken, items["key"]):
                     raise errors.InternalError(
                         f"staging queue '{name}' changed while it was sent")
-                self._ship(name, (items, columns, slices), specs, handles)
+                self._ship(name, (items, columns, slices), specs, handles, keys)
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
-              handles: list[Any]) -> None:
+              handles: list[Any], keys: np.ndarray) -> None:
         """Send the exported items in frames of FRAME_ITEMS without waiting
-        between them (the server works on one while the next travels), then
-        wait for every reply."""
+        for the server's replies (the server works on one frame while the
+        next travels).  No Python runs per item or per chunk: an actor's
+        items often have a chunk each."""
+
         items, columns, slices = records
-        by_key = {h.key: h for h in handles}
+        order = np.argsort(keys)
         col_end = np.cumsum(items["n_columns"])
         slice_end = np.cumsum(columns["n_slices"])
         for lo in range(0, len(items), FRAME_ITEMS):
@@ -139,39 +161,71 @@ class Outbox:
             c0, c1 = (int(col_end[lo - 1]) if lo else 0), int(col_end[hi - 1])
             s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
             part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
-            used = [by_key[k] for k in np.unique(part[2]["chunk"]).tolist()]
-            self._ship_part(table, part, specs, used)
-        self._backend.settle()
+            wanted = np.unique(part[2]["chunk"])  # sorted
+            at = order[np.searchsorted(keys, wanted, sorter=order)]
+            self._ship_part(table, part, specs, handles, wanted, at)
 
     def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
-                   specs: list[Any], handles: list[Any]) -> None:
-        """One frame; the server waits for its rate limiter as long as it
-        takes (flush bounds the writer's wait, not the insert)."""
+                   specs: list[Any], handles: list[Any], wanted: np.ndarray,
+                   at: np.ndarray) -> None:
+        """One frame with the chunks of keys ``wanted`` (``handles[at]``)
+        the server does not keep yet.  The server waits for its rate
+        limiter as long as it takes (flush bounds the writer's wait, not
+        the insert)."""
         structures = [[int(s), _structures.to_json(int(s))]
                       for s in np.unique(records[0]["structure"])]
-        used = {h.key for h in handles}
 
         def build(conn: _Conn) -> tuple[dict[str, Any], list[Any]]:
-            new = []
-            for h in handles:
-                if h.key in conn.chunks:
-                    conn.chunks.move_to_end(h.key)
-                else:
-                    new.append(h)
-                    conn.chunks[h.key] = None
-            forget = []
-            while len(conn.chunks) > KEEP_CHUNKS:
-                key = next(iter(conn.chunks))
-                if key in used:  # the rest are this frame's too
-                    break
-                del conn.chunks[key]
-                forget.append(key)
-            chunk_records, data = _core.pack_chunks(new)
-            arrays = [*records, chunk_records, np.asarray(forget, dtype=np.uint64)]
+            new, forget = conn.held.use(wanted)
+            chunk_records, data = _core.pack_chunks(handles, at[new])
+            arrays = [*records, chunk_records, forget]
             descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
-            at = sum(b.nbytes for b in bufs)
-            return ({"table": table, "records": descs, "data": [at, len(data)],
+            start = sum(b.nbytes for b in bufs)
+            return ({"table": table, "records": descs, "data": [start, len(data)],
                      "specs": specs, "structures": structures, "timeout": None},
                     [*bufs, data])
 
         self._backend.call("insert", {}, build=build, defer=True)
+
+
+class HeldChunks:
+    """The keys of the chunks the server keeps for one connection: at most
+    KEEP_CHUNKS, the least recently used forgotten first (with numpy, a
+    frame at a time)."""
+
+    def __init__(self) -> None:
+        self._keys = np.empty(0, np.uint64)  # sorted
+        self._stamps = np.empty(0, np.int64)  # the frame that last used each
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def use(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A frame uses the chunks of sorted unique keys ``wanted``: which
+        of them the server lacks (a mask over ``wanted``; they count as kept
+        from now on) and the keys it may forget (never one of ``wanted``)."""
+        self._clock += 1
+        pos = np.searchsorted(self._keys, wanted)
+        held = np.zeros(len(wanted), bool)
+        inside = pos < len(self._keys)
+        held[inside] = self._keys[pos[inside]] == wanted[inside]
+        self._stamps[pos[held]] = self._clock
+        new = ~held
+        if new.any():
+            keys = np.concatenate([self._keys, wanted[new]])
+            stamps = np.concatenate([self._stamps,
+                                     np.full(int(new.sum()), self._clock, np.int64)])
+            order = np.argsort(keys, kind="stable")
+            self._keys, self._stamps = keys[order], stamps[order]
+        forget = np.empty(0, np.uint64)
+        excess = len(self._keys) - KEEP_CHUNKS
+        if excess > 0:
+            old = np.flatnonzero(self._stamps < self._clock)
+            if len(old) > excess:
+                old = old[np.argpartition(self._stamps[old], excess - 1)[:excess]]
+            forget = self._keys[old]
+            keep = np.ones(len(self._keys), bool)
+            keep[old] = False
+            self._keys, self._stamps = self._keys[keep], self._stamps[keep]
+        return new, forget

@@ -31,7 +31,7 @@ import numpy as np
 from fastreplay import _core, errors
 from fastreplay.net import ahead, wire
 from fastreplay.net.codec import info_from_json, structure_from_json
-from fastreplay.net.outbox import STAGING_ITEMS, Outbox
+from fastreplay.net.outbox import STAGING_ITEMS, HeldChunks, Outbox
 from fastreplay.net.priorities import MAX_KEYS, Flusher, Ops
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.table import Table, TableInfo, key_array
@@ -98,7 +98,7 @@ class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reader = wire.Reader(sock)
-        self.chunks: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.held = HeldChunks()  # the chunks the server keeps for this connection
         # Deferred calls sent whose replies are not read yet, oldest first,
         # as call() arguments: sent again on a new connection if this one
         # dies before they are confirmed.
