@@ -1,0 +1,56 @@
+"""The outbox's record of the chunks the server keeps for a connection
+(``outbox.HeldChunks``) against a plain least-recently-used oracle: the
+same chunks are sent, the same ones forgotten, never one a frame uses."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastreplay.net import outbox
+
+
+frames = st.lists(st.lists(st.integers(0, 60), max_size=12), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames, st.integers(1, 20))
+def test_matches_a_least_recently_used_oracle(frame_keys, keep):
+    held = outbox.HeldChunks()
+    stamps: dict[int, int] = {}  # the oracle: key -> the frame that last used it
+    saved = outbox.KEEP_CHUNKS
+    outbox.KEEP_CHUNKS = keep
+    try:
+        for clock, keys in enumerate(frame_keys, 1):
+            wanted = np.unique(np.asarray(keys, dtype=np.uint64))
+            new, forget = held.use(wanted)
+            assert new.tolist() == [k not in stamps for k in wanted.tolist()]
+            for k in wanted.tolist():
+                stamps[k] = clock
+            old = sorted(s for s in stamps.values() if s < clock)
+            n_forget = min(max(len(stamps) - keep, 0), len(old))
+            forgotten = forget.tolist()
+            assert len(set(forgotten)) == len(forgotten) == n_forget
+            # the least recently used go, never a key of this frame
+            assert sorted(stamps[k] for k in forgotten) == old[:n_forget]
+            for k in forgotten:
+                del stamps[k]
+            assert sorted(stamps) == held._keys.tolist()
+    finally:
+        outbox.KEEP_CHUNKS = saved
+
+
+def test_a_frame_larger_than_the_limit_keeps_all_its_chunks():
+    held = outbox.HeldChunks()
+    saved = outbox.KEEP_CHUNKS
+    outbox.KEEP_CHUNKS = 4
+    try:
+        new, forget = held.use(np.arange(10, dtype=np.uint64))
+        assert new.all() and len(forget) == 0 and len(held) == 10
+        new, forget = held.use(np.arange(5, 12, dtype=np.uint64))
+        assert new.tolist() == [False] * 5 + [True] * 2
+        assert sorted(forget.tolist()) == [0, 1, 2, 3, 4]
+        assert sorted(held._keys.tolist()) == list(range(5, 12))
+    finally:
+        outbox.KEEP_CHUNKS = saved
