@@ -39,6 +39,7 @@ import numpy as np
 from fastreplay.bench.process_worker import ATARI, SMALL
 from fastreplay.bench.processes import Plan, Session, reverb_ok
 
+
 def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     rv, fr = results.get("dm-reverb", {}), results.get("fastreplay", {})
     print(f"\nMedians of {args.rounds} rounds of {args.seconds} s; small table "

@@ -440,8 +440,8 @@ class Table:
 
     def export_records(self, max_items: int) -> tuple[Any, ...]:
         """The oldest ``max_items`` items as record arrays, their column
-        specs, their chunks and the chunks' keys (``_core.export_wire``): what the network
-        transport sends."""
+        specs, their chunks and the chunks' keys (``_core.export_wire``):
+        what the network transport sends."""
         return _core.export_wire(self._core, max_items)
 
     def insert_records(self, chunk_map: dict[int, Any], items: Any, columns: Any,

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from fastreplay.net import outbox
 
-
 frames = st.lists(st.lists(st.integers(0, 60), max_size=12), min_size=1, max_size=40)
 
 

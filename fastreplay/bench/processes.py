@@ -229,8 +229,9 @@ class Session:
             "tmp": os.path.join(self.tmp, f"{self.lib}-ckpt")})], p.fill_timeout)
         self.address = f"127.0.0.1:{server.info['port']}"
         fills = ", ".join(f"{k} {v:.1f} s" for k, v in server.info["fill_s"].items())
+        up = time.perf_counter() - t0
         self.log(f"  {self.lib:10} server pid {server.popen.pid} at {self.address}, "
-                 f"filled {fills or 'nothing'} (up in {time.perf_counter() - t0:.1f} s)")
+                 f"filled {fills or 'nothing'} (up in {up:.1f} s)")
         client = {"lib": self.lib, "address": self.address,
                   "connect": max(1, int(p.timeout / 2))}
         *actors, learner = self._start(

@@ -52,8 +52,8 @@ def eligible(info: Any) -> bool:
     if os.environ.get("FASTREPLAY_SAMPLE_AHEAD", "1") == "0":
         return False
     limiter = info.rate_limiter_info
-    return (info.max_times_sampled <= 0 and limiter.min_diff <= -_UNBOUNDED
-            and limiter.max_diff >= _UNBOUNDED)
+    return bool(info.max_times_sampled <= 0 and limiter.min_diff <= -_UNBOUNDED
+                and limiter.max_diff >= _UNBOUNDED)
 
 
 _UNBOUNDED = 1e300  # MinSize's diffs are +-sys.float_info.max
@@ -80,7 +80,9 @@ class Ahead:
             return True
         result, blob = self.reply[1].get("result"), self.reply[2]
         keys = _keys_of(result, blob, self.segment)
-        return keys is not None and not np.isin(keys, np.concatenate(self.touched)).any()
+        if keys is None:
+            return False
+        return not np.isin(keys, np.concatenate(self.touched)).any()
 
 
 def _keys_of(result: Any, blob: Any, segment: Any) -> np.ndarray | None:

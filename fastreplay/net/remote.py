@@ -200,7 +200,8 @@ class RemoteBackend:
             sock.close()
             raise RefusedError(str(msg.get("message")))
         result = msg.get("result")
-        if local and not (isinstance(result, dict) and result.get("port") == self._port):
+        if local and not (isinstance(result, dict)
+                          and result.get("port") == self._port):
             sock.close()  # another server's socket (one on another loopback address)
             return None
         return sock
@@ -212,6 +213,7 @@ class RemoteBackend:
                 sock = self._open(deadline, True) if self._same_host else None
                 if sock is None:
                     sock = self._open(deadline, False)
+                    assert sock is not None
                 conn = _Conn(sock)
                 with self._lock:
                     self._conns.append(conn)

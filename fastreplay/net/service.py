@@ -333,7 +333,8 @@ def _local_listener(host: str, port: int) -> socket.socket | None:
     this host, when the server listens on a loopback or every address;
     None when the name is taken (then those clients use TCP)."""
     name = wire.local_socket_name(port)
-    if name is None or not (host.startswith("127.") or host in ("::1", "0.0.0.0", "::")):
+    if name is None or not (host.startswith("127.")
+                            or host in ("::1", "0.0.0.0", "::")):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

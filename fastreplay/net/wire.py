@@ -209,7 +209,7 @@ class Reader:
                 out[have:] = np.frombuffer(self._buf, np.uint8, n - have, self._start)
                 self._start += n - have
             else:  # large: straight into the array
-                _recv_into(self.sock, memoryview(out)[have:])
+                _recv_into(self.sock, out.data[have:])
         return out
 
     def recv_frame(self, max_blob: int | None = None,
