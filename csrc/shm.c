@@ -30,7 +30,12 @@ void *fr_shm_create(const char *name, size_t size, int writable) {
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) return NULL;
     void *p = NULL;
-    if (ftruncate(fd, (off_t)size) == 0) p = map(fd, size, writable);
+    /* posix_fallocate reserves the pages now: a /dev/shm smaller than the
+     * segment (a container's 64 MB default) fails here with ENOSPC instead
+     * of raising SIGBUS at the first write past its end. */
+    int rc = ftruncate(fd, (off_t)size) == 0 ? posix_fallocate(fd, 0, (off_t)size) : errno;
+    if (rc == 0) p = map(fd, size, writable);
+    else errno = rc;
     int saved = errno;
     close(fd);
     if (!p) {

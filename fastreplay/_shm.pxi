@@ -26,12 +26,12 @@ cdef class SharedSegment:
         fr_shm_unmap(self._p, self._size)
 
     @staticmethod
-    def create(str name, size_t size) -> SharedSegment:
-        return SharedSegment._map(name, size, False, True)
+    def create(str name, size_t size, bint writable=False) -> SharedSegment:
+        return SharedSegment._map(name, size, writable, True)
 
     @staticmethod
-    def attach(str name, size_t size) -> SharedSegment:
-        return SharedSegment._map(name, size, True, False)
+    def attach(str name, size_t size, bint writable=True) -> SharedSegment:
+        return SharedSegment._map(name, size, writable, False)
 
     @staticmethod
     cdef SharedSegment _map(str name, size_t size, bint writable, bint create):

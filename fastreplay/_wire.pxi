@@ -126,20 +126,38 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     return items, columns, slices, specs, chunks, np.array(keys, dtype=np.uint64)
 
 
-def pack_chunks(list handles, index=None) -> tuple:
+def chunk_bytes(list handles, index=None) -> int:
+    """The stored bytes of the ChunkHandles ``handles`` (``handles[index]``
+    when an index array is given): what ``pack_chunks`` writes."""
+    if index is not None:
+        handles = [handles[k] for k in np.asarray(index, dtype=np.intp).tolist()]
+    cdef Py_ssize_t k
+    cdef int64_t total = 0
+    cdef ChunkHandle h
+    for k in range(len(handles)):
+        h = handles[k]
+        total += h._c.stored_bytes
+    return total
+
+
+def pack_chunks(list handles, index=None, out=None) -> tuple:
     """``(records, data)``: a CHUNK_DTYPE record per ChunkHandle (of
     ``handles[index]`` when an index array is given) and their stored bytes
-    back to back (``at`` is each one's offset in data)."""
+    back to back (``at`` is each one's offset in data), in ``out`` (a
+    writable buffer of ``chunk_bytes`` bytes or more, e.g. a region of a
+    shared segment) when given, else in a new bytearray."""
     if index is not None:
         handles = [handles[k] for k in np.asarray(index, dtype=np.intp).tolist()]
     cdef Py_ssize_t k, n = len(handles)
-    cdef int64_t total = 0
+    cdef int64_t total = chunk_bytes(handles)
     cdef ChunkHandle h
-    for k in range(n):
-        h = handles[k]
-        total += h._c.stored_bytes
     records = np.empty(n, CHUNK_DTYPE)
-    data = bytearray(total)
+    if out is None:
+        data = bytearray(total)
+    else:
+        data = out
+        if len(memoryview(out).cast("B")) < total:
+            raise ValueError(f"pack_chunks: {total} bytes do not fit the buffer given")
     cdef _WChunk *rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
     cdef unsigned char[::1] dv = data if total else bytearray(1)
     total = 0

@@ -177,13 +177,25 @@ class Outbox:
 
         def build(conn: _Conn) -> tuple[dict[str, Any], list[Any]]:
             new, forget = conn.held.use(wanted)
-            chunk_records, data = _core.pack_chunks(handles, at[new])
+            index = at[new]
+            size = _core.chunk_bytes(handles, index)
+            region = self._backend.ring_region(conn, size) if size else None
+            if region is not None:  # the bytes go through shared memory
+                ring, start = region
+                chunk_records, _ = _core.pack_chunks(
+                    handles, index, out=np.frombuffer(ring.segment, np.uint8, size, start))
+                data: Any = {"shm": ring.name, "at": start, "n": size}
+                tail = []
+            else:
+                chunk_records, chunk_data = _core.pack_chunks(handles, index)
+                tail = [chunk_data]
             arrays = [*records, chunk_records, forget]
             descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
-            start = sum(b.nbytes for b in bufs)
-            return ({"table": table, "records": descs, "data": [start, len(data)],
+            if region is None:
+                data = [sum(b.nbytes for b in bufs), size]
+            return ({"table": table, "records": descs, "data": data,
                      "specs": specs, "structures": structures, "timeout": None},
-                    [*bufs, data])
+                    [*bufs, *tail])
 
         self._backend.call("insert", {}, build=build, defer=True)
 

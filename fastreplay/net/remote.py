@@ -33,6 +33,7 @@ from fastreplay.net import ahead, wire
 from fastreplay.net.codec import info_from_json, structure_from_json
 from fastreplay.net.outbox import STAGING_ITEMS, HeldChunks, Outbox
 from fastreplay.net.priorities import MAX_KEYS, Flusher, Ops
+from fastreplay.net.ring import RING_BYTES, SendRing
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.table import Table, TableInfo, key_array
 
@@ -114,6 +115,9 @@ class _Conn:
         self.failed: BaseException | None = None
         # Batches asked for ahead, oldest first.
         self.ahead: collections.deque[ahead.Ahead] = collections.deque()
+        # Shared memory the outbox packs chunk bytes into (same host only);
+        # False once the server could not map one.
+        self.ring: SendRing | None | bool = None
         self.streak = ahead.Streak()
 
     def settle(self, until: Any = None) -> None:
@@ -123,12 +127,16 @@ class _Conn:
         first: BaseException | None = None
         while self.pending:
             kind, msg, blob = self.reader.recv_frame()
-            done = self.pending.popleft()[4]
+            op, args, _, _, done = self.pending.popleft()
             if isinstance(done, ahead.Ahead):
                 done.reply = (kind, msg, blob)
                 if done is until:
                     break
-            elif kind == wire.KIND_ERROR and first is None:
+                continue
+            region = args.get("data") if op == "insert" else None
+            if isinstance(region, dict) and isinstance(self.ring, SendRing):
+                self.ring.give_back(region["at"])  # the server is done with it
+            if kind == wire.KIND_ERROR and first is None:
                 first = _error_from(msg)
         if first is not None:
             raise first
@@ -503,6 +511,34 @@ class RemoteBackend:
             return None
         assert a.reply is not None
         return a.reply[1].get("result"), a.reply[2], a.segment
+
+    def ring_region(self, conn: _Conn, n: int) -> tuple[SendRing, int] | None:
+        """``(ring, offset)`` of ``n`` bytes of shared memory on ``conn``
+        for an insert frame's chunk bytes (``ring``; ``conn.lock`` held),
+        the ring made and attached the first time; None when the bytes
+        must travel on the socket."""
+        if not self._shm or conn.ring is False:
+            return None
+        if conn.ring is None:
+            name = f"/fastreplay-{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
+            conn.ring = False
+            try:
+                seg = _core.SharedSegment.create(name, RING_BYTES, writable=True)
+            except OSError:
+                return None
+            try:
+                self.call("shm_attach", {"name": name, "size": RING_BYTES,
+                                         "read_only": True})
+            except (errors.ReverbError, OSError):
+                return None
+            finally:
+                seg.unlink()  # mapped by both sides now: the name is not needed
+            if getattr(self._local, "conn", None) is not conn:
+                return None  # reconnected meanwhile
+            conn.ring = SendRing(seg)
+        assert isinstance(conn.ring, SendRing)
+        at = conn.ring.take(n)
+        return None if at is None else (conn.ring, at)
 
     def _lease(self, nbytes: int) -> tuple[_Conn, Any] | None:
         """A free segment of this thread's connection holding ``nbytes``,

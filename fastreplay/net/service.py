@@ -202,14 +202,17 @@ class Service:
 
     def _shm_attach(self, args: dict[str, Any], blob: Any, state: _State
                     ) -> tuple[Any, list[Any]]:
-        """Map the client's segment (same host only; OSError otherwise)."""
+        """Map the client's segment (same host only; OSError otherwise):
+        writable for batches it samples, read-only for chunk bytes it
+        sends (``read_only``)."""
         name, size = args.get("name"), args.get("size")
         if (not isinstance(name, str) or not name.startswith("/fastreplay-") or
                 type(size) is not int or not 0 < size <= wire.max_blob_bytes()):
             raise _ProtocolError("bad shared-memory segment")
         if len(state.segments) >= 8:  # a client keeps a few; drop the oldest
             state.segments.pop(next(iter(state.segments)))
-        state.segments[name] = _core.SharedSegment.attach(name, size)
+        state.segments[name] = _core.SharedSegment.attach(
+            name, size, writable=args.get("read_only") is not True)
         return None, []
 
     def _shm_detach(self, args: dict[str, Any], blob: Any, state: _State
@@ -240,14 +243,10 @@ class Service:
                 raise _ProtocolError("an items frame has five record arrays")
             items, columns, slices, chunk_records, forget = (
                 _as_records(a, d) for a, d in zip(raw, _RECORD_DTYPES, strict=True))
-            at, n = args["data"]
-            if type(at) is not int or type(n) is not int or not (
-                    0 <= at <= len(blob) and 0 <= n <= len(blob) - at):
-                raise _ProtocolError("chunk data does not fit the frame")
+            data = _chunk_data(args["data"], blob, state)
             for key in forget.tolist():
                 chunks.pop(key, None)
-            _core.restore_chunks(self._server.chunk_store, chunks, chunk_records,
-                                 memoryview(blob)[at:at + n])
+            _core.restore_chunks(self._server.chunk_store, chunks, chunk_records, data)
             if len(chunks) > MAX_CHUNKS_PER_CONNECTION:
                 raise _ProtocolError("too many chunks kept for one connection")
             mapped = {}
@@ -312,6 +311,25 @@ def _as_records(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
         raise _ProtocolError(f"records of {dtype} have a bad size")
     out = raw.view(dtype)
     return out if out.flags.aligned else out.copy()
+
+
+def _chunk_data(where: Any, blob: Any, state: _State) -> Any:
+    """The chunk bytes of an insert frame: ``[at, n]`` in the frame's blob,
+    or ``{"shm", "at", "n"}`` in a segment the client attached (``ring``;
+    copied into the chunk store by restore_chunks)."""
+    if isinstance(where, dict):
+        source = state.segments.get(where.get("shm"))  # type: ignore[arg-type]
+        at, n = where.get("at"), where.get("n")
+        if source is None:
+            raise _ProtocolError("chunk data names a segment this connection lacks")
+        size = source.size
+    else:
+        at, n = where
+        source, size = blob, len(blob)
+    if type(at) is not int or type(n) is not int or not (
+            0 <= at <= size and 0 <= n <= size - at):
+        raise _ProtocolError("chunk data does not fit the frame")
+    return np.frombuffer(source, np.uint8, n, at) if n else memoryview(b"")
 
 
 def _address(a: np.ndarray) -> int:
