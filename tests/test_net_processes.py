@@ -226,7 +226,12 @@ def check_steps(obs: np.ndarray, a: np.ndarray) -> None:
 # ----- 1. exact delivery -----
 
 
-def test_exact_delivery_from_three_actor_processes(children: Children) -> None:
+@pytest.mark.parametrize("transport", ["same host", "tcp only"])
+def test_exact_delivery_from_three_actor_processes(children: Children, transport: str,
+                                                   monkeypatch: Any) -> None:
+    if transport == "tcp only":  # what a client on another host or container uses
+        monkeypatch.setenv("FASTREPLAY_SHM", "0")
+        monkeypatch.setenv("FASTREPLAY_UNIX_SOCKET", "0")
     server = children.server()
     actors = [children.start("actor", address=server.address, actor=n, count=K,
                              tables=["queue", "uniform"]) for n in (1, 2, 3)]
