@@ -182,8 +182,8 @@ class Outbox:
             region = self._backend.ring_region(conn, size) if size else None
             if region is not None:  # the bytes go through shared memory
                 ring, start = region
-                chunk_records, _ = _core.pack_chunks(
-                    handles, index, out=np.frombuffer(ring.segment, np.uint8, size, start))
+                target = np.frombuffer(ring.segment, np.uint8, size, start)
+                chunk_records, _ = _core.pack_chunks(handles, index, out=target)
                 data: Any = {"shm": ring.name, "at": start, "n": size}
                 tail = []
             else:
