@@ -436,3 +436,73 @@ def test_read_frame_merges_only_consecutive_plain_updates() -> None:
     assert [(t, k.tolist(), p.tolist(), d.tolist()) for t, k, p, d in runs] == [
         ("a", [1, 2], [0.0, 1.0], []), ("a", [3], [2.0], [9]),
         ("b", [4], [3.0], []), ("a", [5], [4.0], [])]
+
+
+# ----- priorities only the server's table refuses -----
+
+TOO_LARGE = 1e308  # finite, >= 0, but over a Prioritized(1.0) table's limit
+
+
+def test_priority_too_large_for_the_table_surfaces(server: Server,
+                                                   backend: RemoteBackend) -> None:
+    """Not lost: an error at the call or at the thread's next call, and the
+    bad update is not applied."""
+    with pytest.raises(errors.InvalidPriorityError):
+        backend.update_priorities("a", [0], [TOO_LARGE])
+        backend.info()
+    assert server.tables["a"].get(0)[1] == 1.0
+    backend.update_priorities("a", [0], [2.0])  # the connection still works
+    backend.info()
+    assert server.tables["a"].get(0)[1] == 2.0
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "remote._check_priorities checks only finite and >= 0, not the table's "
+    "limit on priority ** priority_exponent: the InvalidPriorityError comes "
+    "from the server with the thread's next call (in process: at the call)"))
+def test_priority_too_large_for_the_table_raises_at_the_call(
+        server: Server, backend: RemoteBackend) -> None:
+    with pytest.raises(errors.InvalidPriorityError):
+        backend.update_priorities("a", [0], [TOO_LARGE])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "one call's priority refused by the server (too large for the table) "
+    "loses other calls' valid updates: priorities.read_frame merges the "
+    "consecutive updates of a table into one mutate, which fails whole, and "
+    "Service._priorities stops at the first failing op, dropping the ops "
+    "after it (in process each call is applied or refused alone)"))
+def test_refused_update_loses_no_other_calls_updates(
+        server: Server, backend: RemoteBackend, no_flusher: None) -> None:
+    backend.update_priorities("a", [2], [5.0])  # valid
+    try:
+        backend.update_priorities("a", [0], [TOO_LARGE])  # refused
+    except errors.InvalidPriorityError:
+        pass
+    backend.update_priorities("b", [3], [6.0])  # valid
+    try:
+        backend.settle()
+    except errors.InvalidPriorityError:
+        pass
+    assert server.tables["a"].get(0)[1] == 1.0
+    assert server.tables["a"].get(2)[1] == 5.0
+    assert server.tables["b"].get(3)[1] == 6.0
+
+
+def test_many_frames_owed_are_read_in_time(server: Server, backend: RemoteBackend,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call its own frame (MAX_KEYS of 2): more frames than MAX_OWED
+    are sent before any other call; all apply, in order."""
+    from fastreplay.net import remote
+
+    monkeypatch.setattr(remote, "MAX_KEYS", 2)
+    rng = np.random.default_rng(31)
+    want = {k: 1.0 for k in range(N_KEYS)}
+    for i in range(remote.MAX_OWED * 2 + 10):
+        keys = rng.integers(0, N_KEYS, 2)
+        prios = [float(i), float(i) + 0.5]
+        backend.update_priorities("c", keys, prios)
+        for k, p in zip(keys.tolist(), prios):
+            want[k] = p
+    backend.settle()
+    assert state(server.tables["c"]) == sorted(want.items())
