@@ -285,3 +285,94 @@ def test_usable_checks_table_n_and_touched_keys() -> None:
     a.valid = False
     a.touched.clear()
     assert not a.usable("t", 3, wire.KIND_REPLY)
+
+
+# ----- large batches: asked for ahead into shared memory -----
+
+
+@pytest.fixture
+def big_server() -> Iterator[Server]:
+    """Items of 64 KiB (obs filled with x % 251): a batch of 24 is 1.5 MiB,
+    over SHM_MIN_BYTES, so batches come through shared memory."""
+    table = Table("big", sel.Prioritized(1.0), sel.Fifo(), 100, rl.MinSize(1), seed=9)
+    srv = Server([table])
+    try:
+        client = Client(f"localhost:{srv.port}")
+        with client.trajectory_writer(1) as w:
+            for i in range(N_ITEMS):
+                w.append({"obs": np.full((256, 256), i % 251, np.uint8),
+                          "x": np.int64(i)})
+                w.create_item("big", 1.0, {"obs": w.history["obs"][-1],
+                                           "x": w.history["x"][-1]})
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_large_batches_ahead_keep_data_and_respect_updates(big_server: Server
+                                                           ) -> None:
+    table = big_server.tables["big"]
+    x_of = {int(k): i for i, k in enumerate(table.items()["key"])}
+    be = RemoteBackend("127.0.0.1", big_server.port)
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    gone: set[int] = set()
+    try:
+        for round_ in range(12):
+            info, cols, _ = be.sample_batch("big", 24, WAIT)
+            obs, x = cols if cols[0].ndim == 3 else cols[::-1]
+            keys = info.key.tolist()
+            assert not set(keys) & gone, round_
+            assert x.tolist() == [x_of[k] for k in keys]
+            assert (obs == (x % 251).astype(np.uint8)[:, None, None]).all()
+            if round_ < 5:
+                kept.append((info.key.copy(), x.copy(), obs))  # a view, kept
+            drop = sorted(set(keys))[:2]
+            if len(gone) < N_ITEMS - 20:
+                be.update_priorities("big", drop, [0.0] * len(drop))
+                gone |= set(drop)
+        # Batches kept were never overwritten by later ones (or ahead ones).
+        for _, x, obs in kept:
+            assert (obs == (x % 251).astype(np.uint8)[:, None, None]).all()
+        assert any(not o.flags.writeable for _, _, o in kept)  # shared memory used
+    finally:
+        kept.clear()
+        be.close()
+    assert table.info.num_samples > 12 * 24  # and batches were asked for ahead
+
+
+def test_each_thread_samples_ahead_for_itself(server: Server) -> None:
+    """Two threads of one backend, each zeroing keys of its own batches:
+    neither thread sees a key it zeroed (the other thread's updates are
+    not promised to be seen by batches already asked for)."""
+    import threading
+
+    be = RemoteBackend("127.0.0.1", server.port)
+    keys = server.tables["prio"].items()["key"].tolist()
+    halves = [set(keys[::2]), set(keys[1::2])]
+    failures: list[str] = []
+
+    def work(me: int) -> None:
+        gone: set[int] = set()
+        try:
+            for round_ in range(20):
+                info, _, _ = be.sample_batch("prio", 5, WAIT)
+                batch = set(info.key.tolist())
+                if batch & gone:
+                    failures.append(f"thread {me} round {round_}: {batch & gone}")
+                mine = sorted(batch & halves[me])[:1]
+                if mine and len(gone) < 10:
+                    be.update_priorities("prio", mine, [0.0])
+                    gone |= set(mine)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(repr(exc))
+
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT * 3)
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        be.close()
+    assert failures == []
