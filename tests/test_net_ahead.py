@@ -13,13 +13,14 @@ are final after it.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from fastreplay import Client, Server, Table
+from fastreplay import Client, Server, Table, _core
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
 from fastreplay.net import ahead
@@ -307,6 +308,8 @@ def big_server() -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+        gc.collect()
+        _core._pool_clear()  # its large batches' pooled memory: other tests count it
 
 
 def test_large_batches_ahead_keep_data_and_respect_updates(big_server: Server
