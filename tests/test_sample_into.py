@@ -152,18 +152,6 @@ def test_other_writable_buffers(served: Any) -> None:
             assert np.shares_memory(col, target)
 
 
-def test_a_later_sample_into_the_same_buffer_overwrites_it(served: Any) -> None:
-    """The caller owns the buffer: a second batch gathered into it replaces
-    the first (a fresh table so that the oldest item changes)."""
-    server, table = served
-    buf = np.zeros(8192, np.uint8)
-    _, a, _ = table.sample_batch(1, out=buf)
-    snapshot = [c.copy() for c in a]
-    _, b, _ = table.sample_batch(1, out=buf)
-    for x, y in zip(snapshot, b, strict=True):
-        np.testing.assert_array_equal(x, y)  # Fifo: same item, same bytes
-
-
 @pytest.mark.xfail(strict=True, reason=(
     "TableCore.sample_batch (_table.pxi) samples (fr_table_sample) before "
     "_gather turns `out` into a writable buffer: a bad `out` raises after the "
