@@ -92,7 +92,7 @@ cdef int _gather_columns(void *arg) noexcept nogil:
 cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
                    Py_ssize_t offset=0):
     """Stack column c of the n trajectories into one array per column: in
-    ``out`` (a writable buffer) back to back from ``offset``, each 64-byte
+    ``out`` (a writable uint8 array) back to back from ``offset``, each 64-byte
     aligned, while they fit; in new (pooled) arrays otherwise."""
     if n == 0:
         return [], []
@@ -120,7 +120,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
         slots = max(1, _CACHE_BUDGET // most)
     cdef size_t cache_n = slots * (sizeof(fr_gather_key) + most) + 8
     cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
-    target = None if out is None else np.frombuffer(out, np.uint8)
+    target = out  # a writable uint8 array or None
     cdef Py_ssize_t at = offset, size
     try:
         if not outs or not strides or not cache:
@@ -404,6 +404,11 @@ cdef class TableCore:
         """
         self._check_num_samples(n)
         cdef int64_t tns = _timeout_ns(timeout)
+        target = None
+        if out is not None:  # checked before anything is sampled
+            target = np.frombuffer(out, np.uint8)
+            if not target.flags.writeable:
+                raise ValueError("sample_batch: out must be a writable buffer")
         keys = np.empty(n, dtype=np.uint64)
         probs = np.empty(n, dtype=np.float64)
         prios = np.empty(n, dtype=np.float64)
@@ -425,7 +430,8 @@ cdef class TableCore:
             if rc != FR_OK:
                 _raise_for_status(rc, self._ctx())
             sid = _same_structure(<fr_trajectory **>yv, done, self.name)
-            columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name, out, offset)
+            columns, squeeze = _gather(<fr_trajectory **>yv, done, self.name, target,
+                                       offset)
         finally:
             for i in range(done):
                 fr_trajectory_payload_release(NULL, yv[i])

@@ -184,6 +184,19 @@ class KeyDistributionOptions(_Message):
                        lifo=kind == "lifo", is_deterministic=det)
         raise ValueError(f"unknown selector kind {kind!r}")
 
+    def to_selector(self) -> Any:
+        """The ``fastreplay.selectors`` selector these options describe
+        (the inverse of ``from_selector``)."""
+        from fastreplay import selectors
+
+        which = self.WhichOneof("distribution")
+        if which == "prioritized":
+            return selectors.Prioritized(self.prioritized.priority_exponent)
+        if which == "heap":
+            return selectors.MinHeap() if self.heap.min_heap else selectors.MaxHeap()
+        return {"fifo": selectors.Fifo, "lifo": selectors.Lifo}.get(
+            str(which), selectors.Uniform)()
+
 
 class RateLimiterCallStats(_Message):
     """Calls a rate limiter admitted.  ``completed`` is Reverb's field;

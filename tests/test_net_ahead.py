@@ -185,10 +185,11 @@ def test_batches_report_the_threads_latest_priorities(server: Server,
         prios = rng.integers(1, 5, len(keys)).astype(np.float64)
         backend.update_priorities("prio", keys, prios)
         info, _, _ = backend.sample_batch("prio", 8, WAIT)
-        want = dict(zip(keys.tolist(), prios.tolist()))
+        want = dict(zip(keys.tolist(), prios.tolist(), strict=True))
         total = prios.sum()
         for k, p, q, size in zip(info.key.tolist(), info.priority.tolist(),
-                                 info.probability.tolist(), info.table_size.tolist()):
+                                 info.probability.tolist(), info.table_size.tolist(),
+                                 strict=True):
             assert p == want[k], round_
             assert q == pytest.approx(p / total)
             assert size == N_ITEMS
@@ -200,11 +201,11 @@ def test_batches_without_updates_are_consistent(server: Server,
     keys = table.items()["key"]
     prios = np.arange(1, len(keys) + 1, dtype=np.float64)
     table.update_priorities(keys, prios)  # in the server's process
-    want = dict(zip(keys.tolist(), prios.tolist()))
+    want = dict(zip(keys.tolist(), prios.tolist(), strict=True))
     for _ in range(8):
         info, cols, _ = backend.sample_batch("prio", 8, WAIT)
         for k, p, q in zip(info.key.tolist(), info.priority.tolist(),
-                           info.probability.tolist()):
+                           info.probability.tolist(), strict=True):
             assert p == want[k]
             assert q == pytest.approx(p / prios.sum())
         # the data belongs to the keys: item i holds x == i (inserted in order)
@@ -221,7 +222,8 @@ def test_other_n_and_other_table_return_what_was_asked(server: Server,
     for table, n in (("prio", 4), ("prio", 4), ("unif", 4), ("prio", 4), ("unif", 2)):
         info, cols, _ = backend.sample_batch(table, n, WAIT)
         assert len(info.key) == n
-        assert set(info.key.tolist()) <= set(server.tables[table].items()["key"].tolist())
+        stored = server.tables[table].items()["key"].tolist()
+        assert set(info.key.tolist()) <= set(stored)
 
 
 def test_reset_then_inserts_give_only_new_items(server: Server,

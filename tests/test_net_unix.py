@@ -133,12 +133,7 @@ def test_server_started_with_unix_socket_off_serves_tcp(
         srv.stop()
 
 
-@pytest.mark.parametrize("answer", ["other-port", pytest.param(
-    "hang-up", marks=pytest.mark.xfail(strict=True, reason=(
-        "RemoteBackend._open(local=True) lets the OSError/FrameError of a Unix "
-        "peer that hangs up on the hello propagate; _connect then retries the "
-        "Unix socket until reconnect_window ends (UnavailableError) instead of "
-        "falling back to TCP")))])
+@pytest.mark.parametrize("answer", ["other-port", "hang-up"])
 def test_taken_name_server_serves_tcp_and_client_falls_back(answer: str) -> None:
     """The name of the server's port is taken before it starts: the server
     skips its Unix socket, and a client that reaches the impostor uses TCP."""
@@ -159,11 +154,6 @@ def test_taken_name_server_serves_tcp_and_client_falls_back(answer: str) -> None
         impostor.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "RemoteBackend._open accepts any Unix peer whose hello names the same "
-    "port; two servers on 127.0.0.2:P and 127.0.0.1:P both answer port P, "
-    "so a client of 127.0.0.1:P reaches the server of 127.0.0.2:P (the one "
-    "that bound the abstract name first)"))
 def test_server_of_another_loopback_address_is_not_reached() -> None:
     port = free_port()
     first = Server([Table.queue("on_127_0_0_2", 10)], port=port, host="127.0.0.2")

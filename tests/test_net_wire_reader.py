@@ -138,7 +138,8 @@ def test_large_parts_across_buffer_boundaries() -> None:
         read_all(wire.Reader(ChoppedSocket([data[:cut], data[cut:]])), LARGE)
     for _ in range(20):  # and random pieces
         points = sorted(rng.integers(0, len(data), 12).tolist())
-        pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+        pieces = [data[a:b]
+                  for a, b in zip([0, *points], [*points, len(data)], strict=True)]
         read_all(wire.Reader(ChoppedSocket(pieces)), LARGE)
 
 
@@ -243,7 +244,8 @@ def test_closed_socketpair_in_the_middle_is_a_frame_error() -> None:
 
 
 @pytest.mark.parametrize("head", [
-    HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, wire.MAX_JSON_BYTES + 1, 0),
+    HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0,
+                wire.MAX_JSON_BYTES + 1, 0),
     HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 0xFFFFFFFF, 0),
     HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 2, 1 << 62),
     HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, 2, (4 << 30) + 1),

@@ -72,11 +72,13 @@ class Ops:
 
 
 def read_frame(args: dict[str, Any], blob: Any
-               ) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+               ) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, list[int]]]:
     """The operations of a ``priorities`` frame as ``(table, keys,
-    priorities, deletes)``, consecutive updates of one table without
+    priorities, deletes, ends)``, consecutive updates of one table without
     deletes merged into one (applied in order, the later priority of a key
-    wins either way); FrameError when the frame does not add up."""
+    wins either way; ``ends`` are where each merged call's keys end, to
+    apply them one by one if the merged one is refused); FrameError when
+    the frame does not add up."""
     arrays = wire.unpack_arrays(args.get("arrays"), blob)
     ops = args.get("ops")
     if len(arrays) != 3 or not isinstance(ops, list):
@@ -95,12 +97,14 @@ def read_frame(args: dict[str, Any], blob: Any
         last = runs[-1] if runs else None
         if last is not None and nd == 0 and last[0] == table and last[3] == last[4]:
             last[2] += nu
+            last[5].append(nu)
         else:
-            runs.append([table, at_u, at_u + nu, at_d, at_d + nd])
+            runs.append([table, at_u, at_u + nu, at_d, at_d + nd, [nu]])
         at_u, at_d = at_u + nu, at_d + nd
     if at_u != len(keys) or at_u != len(prios) or at_d != len(dels):
         raise wire.FrameError("priorities ops do not add up to the arrays sent")
-    return [(t, keys[a:b], prios[a:b], dels[c:d]) for t, a, b, c, d in runs]
+    return [(t, keys[a:b], prios[a:b], dels[c:d], np.cumsum(sizes).tolist())
+            for t, a, b, c, d, sizes in runs]
 
 
 class Flusher:

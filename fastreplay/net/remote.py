@@ -34,6 +34,7 @@ from fastreplay.net.codec import info_from_json, structure_from_json
 from fastreplay.net.outbox import STAGING_ITEMS, HeldChunks, Outbox
 from fastreplay.net.priorities import MAX_KEYS, Flusher, Ops
 from fastreplay.net.ring import RING_BYTES, SendRing
+from fastreplay.rate_limiters import MinSize
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.table import Table, TableInfo, key_array
 
@@ -80,17 +81,6 @@ def _error_from(msg: dict[str, Any]) -> BaseException:
     if name in _BUILTIN_ERRORS:
         return _BUILTIN_ERRORS[name](text)
     return errors.InternalError(f"{name}: {text}")
-
-
-def _check_priorities(table: str, p: np.ndarray) -> None:
-    """Priorities are checked before an update waits to be sent (the
-    server checks them again)."""
-    if p.size and p.min() >= 0 and p.max() < np.inf:
-        return  # (a NaN fails the first test)
-    ok = np.isfinite(p) & (p >= 0)
-    if not ok.all():
-        raise errors.InvalidPriorityError(
-            f"table '{table}': priority {float(p[~ok][0])!r} must be finite and >= 0")
 
 
 class _Conn:
@@ -173,6 +163,7 @@ class RemoteBackend:
         self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
         self._flusher: Flusher | None = None
+        self._checkers: dict[str, Table] = {}
 
     # ----- connections -----
 
@@ -201,6 +192,11 @@ class RemoteBackend:
                             {"op": "hello", "token": self._token, "args": {}})
             kind, msg, _ = wire.recv_frame(sock)
             sock.settimeout(None)
+        except (OSError, wire.FrameError):
+            sock.close()
+            if local:
+                return None  # not a server that answers: TCP then
+            raise
         except BaseException:
             sock.close()
             raise
@@ -208,8 +204,8 @@ class RemoteBackend:
             sock.close()
             raise RefusedError(str(msg.get("message")))
         result = msg.get("result")
-        if local and not (isinstance(result, dict)
-                          and result.get("port") == self._port):
+        if local and not (isinstance(result, dict) and result.get("port") == self._port
+                          and result.get("host") in (self._host, "0.0.0.0", "::")):
             sock.close()  # another server's socket (one on another loopback address)
             return None
         return sock
@@ -586,7 +582,7 @@ class RemoteBackend:
         keys = key_array(table, list(updates))
         prios = np.fromiter(updates.values(), np.float64, len(updates))
         dels = key_array(table, list(deletes or ()))
-        _check_priorities(table, prios)
+        self._check_priorities(table, prios)
         self._queue(table, keys, prios, dels)
 
     def update_priorities(self, table: str, keys: Any, priorities: Any) -> None:
@@ -596,8 +592,21 @@ class RemoteBackend:
         if len(k) != len(p):
             raise ValueError(f"keys and priorities differ in length ({len(k)} != "
                              f"{len(p)})")
-        _check_priorities(table, p)
+        self._check_priorities(table, p)
         self._queue(table, k, p, None)
+
+    def _check_priorities(self, table: str, priorities: np.ndarray) -> None:
+        """Refuse, at the call, priorities the server's table would refuse
+        (InvalidPriorityError, as in process): an empty local table with the
+        same selectors checks them (the server checks them again)."""
+        checker = self._checkers.get(table)
+        if checker is None:
+            info = self.table_info(table)
+            checker = self._checkers[table] = Table(
+                table, info.sampler_options.to_selector(),
+                info.remover_options.to_selector(), 1, MinSize(1))
+        checker.mutate_keys(np.zeros(len(priorities), np.uint64), priorities,
+                            np.empty(0, np.uint64))
 
     def _queue(self, table: str, keys: np.ndarray, priorities: np.ndarray,
                deletes: np.ndarray | None) -> None:

@@ -145,7 +145,7 @@ class Service:
                 raise wire.FrameError("bad token")
         wire.send_frame(sock, wire.KIND_REPLY, {"result": {
             "tables": sorted(self._server.tables), "version": wire.VERSION,
-            "port": self._server.port}})
+            "host": self._server.host, "port": self._server.port}})
 
     def _table(self, args: dict[str, Any]) -> Table:
         name = args.get("table")
@@ -280,8 +280,25 @@ class Service:
             ops = priorities.read_frame(args, blob)
         except wire.FrameError as exc:
             raise _ProtocolError(str(exc)) from None
-        for name, keys, prios, deletes in ops:
-            self._table({"table": name}).mutate_keys(keys, prios, deletes)
+        first: Exception | None = None
+        for name, keys, prios, deletes, ends in ops:
+            try:
+                table = self._table({"table": name})
+                try:
+                    table.mutate_keys(keys, prios, deletes)
+                except errors.InvalidPriorityError:
+                    if len(ends) == 1:
+                        raise
+                    # One of the merged calls was refused: the others apply.
+                    for lo, hi in zip([0, *ends[:-1]], ends, strict=True):
+                        try:
+                            table.mutate_keys(keys[lo:hi], prios[lo:hi], deletes[:0])
+                        except errors.InvalidPriorityError as exc:
+                            first = first or exc
+            except Exception as exc:  # noqa: BLE001 - the caller's, after the rest
+                first = first or exc
+        if first is not None:
+            raise first
         return None, []
 
     def _reset(self, args: dict[str, Any], blob: Any, state: _State
