@@ -184,8 +184,9 @@ class Reader:
         self._view = memoryview(self._buf)
         self._start = self._end = 0
 
-    def _have(self, n: int) -> None:
-        """At least ``n`` (<= SIZE) bytes buffered from ``_start``."""
+    def _have(self, n: int, inside: bool = True) -> None:
+        """At least ``n`` (<= SIZE) bytes buffered from ``_start`` (``inside``
+        a frame already begun, for the error when the peer hangs up)."""
         if self._start + n > self.SIZE:
             left = self._end - self._start
             self._buf[:left] = self._buf[self._start:self._end]
@@ -194,7 +195,8 @@ class Reader:
             k = self.sock.recv_into(self._view[self._end:], self.SIZE - self._end)
             if k == 0:
                 raise FrameError("connection closed in the middle of a frame"
-                                 if self._end > self._start else "connection closed")
+                                 if inside or self._end > self._start
+                                 else "connection closed")
             self._end += k
 
     def _take(self, n: int) -> Any:
@@ -215,7 +217,7 @@ class Reader:
     def recv_frame(self, max_blob: int | None = None,
                    max_json: int = MAX_JSON_BYTES) -> tuple[int, Any, Any]:
         """As the module's ``recv_frame``."""
-        self._have(_HEADER.size)
+        self._have(_HEADER.size, inside=False)
         head = self._view[self._start:self._start + _HEADER.size]
         kind, json_len, blob_len = _check_head(head, max_blob, max_json)
         self._start += _HEADER.size
