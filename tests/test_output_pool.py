@@ -40,6 +40,8 @@ def address(a: np.ndarray) -> int:
 
 def test_batches_kept_by_the_caller_are_not_overwritten() -> None:
     server, client = filled_client()
+    gc.collect()
+    _core._pool_clear()  # blocks other tests' batches left behind
     kept = []
     for _ in range(6):  # more batches alive than the pool has slots
         _, data = client.sample_batch("t", 32, timeout=5.0)
