@@ -209,6 +209,8 @@ class _Child:
             self.drain()  # a report sent just before the exit
             if self.report is not None:
                 return self.failure()
+            # The pipe closes a moment before the process can be reaped.
+            self.process.join(timeout=5)
             code = self.process.exitcode
             if code is None or code >= 0:
                 how = f"exited with code {code}"
