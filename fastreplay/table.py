@@ -67,6 +67,11 @@ def _key(table: str, key: object) -> int:
 def key_array(table: str, keys: Any) -> np.ndarray:
     """``keys`` (of ``table``, named in errors) as a 1-D uint64 array;
     integer dtypes (or Python ints) only, every key in [0, 2**64)."""
+    if type(keys) is list and keys and set(map(type, keys)) == {int}:
+        try:  # Reverb's keys as Python ints, half of them past 2**63
+            return np.fromiter(keys, np.uint64, len(keys))
+        except OverflowError:
+            pass  # the checks below name the bad key
     arr = np.asarray(keys)
     if arr.ndim > 1:
         raise ValueError(f"Table '{table}': keys must be one-dimensional, got "
