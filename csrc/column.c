@@ -60,6 +60,18 @@ int fr_should_compress(const fr_spec *spec) {
     return fr_codec_available() && spec->row_bytes >= FR_COMPRESS_MIN_ROW_BYTES;
 }
 
+int fr_compress_choice(const fr_spec *spec, int32_t compression) {
+    if (compression == FR_COMPRESSION_NONE) return 0;
+    if (compression == FR_COMPRESSION_LZ4) return fr_codec_available();
+    /* Variable-length chunks are compressed by their size (finalize_var). */
+    return fr_spec_is_var(spec) ? fr_codec_available() : fr_should_compress(spec);
+}
+
+void fr_column_set_compression(fr_column *c, int32_t compression) {
+    c->compression = compression;
+    if (c->has_spec) c->compress = fr_compress_choice(&c->spec, compression);
+}
+
 int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
     fr_spec s = *spec;
     if (fr_spec_is_var(&s)) s.itemsize = 0, s.row_bytes = 0; /* one kind */
@@ -67,8 +79,7 @@ int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
     if (!c->ispec) return FR_ENOMEM;
     c->spec = s;
     c->has_spec = 1;
-    /* Variable-length chunks are compressed by their size (finalize_var). */
-    c->compress = fr_spec_is_var(&s) ? fr_codec_available() : fr_should_compress(&s);
+    c->compress = fr_compress_choice(&s, c->compression);
     return FR_OK;
 }
 

@@ -54,11 +54,17 @@ typedef struct fr_cell {
     int64_t hpos;    /* history position (step since the last clear) */
 } fr_cell;
 
+/* A column's compression choice (fr_compress_choice). */
+#define FR_COMPRESSION_AUTO 0 /* the rule below */
+#define FR_COMPRESSION_NONE 1 /* never */
+#define FR_COMPRESSION_LZ4 2  /* always tried (kept raw if it does not shrink) */
+
 typedef struct fr_column {
     int has_spec;
     fr_spec spec;
     const fr_spec *ispec; /* interned copy of spec, for items */
     int compress;
+    int32_t compression; /* FR_COMPRESSION_*; decides `compress` with the spec */
     fr_chunker_options opt;
     int32_t max_len; /* current max chunk length */
     fr_tuner tuner;
@@ -89,6 +95,14 @@ void fr_column_free(fr_column *c);
 /* The compression rule: whether chunks of rows of `spec` are LZ4-compressed
  * (rows of at least 256 bytes, when the codec is available). */
 int fr_should_compress(const fr_spec *spec);
+
+/* Whether chunks of rows of `spec` are LZ4-compressed under `compression`
+ * (FR_COMPRESSION_*): AUTO is fr_should_compress, NONE never, LZ4 whenever
+ * the codec is available. */
+int fr_compress_choice(const fr_spec *spec, int32_t compression);
+
+/* Set a column's compression choice; it applies from the next chunk. */
+void fr_column_set_compression(fr_column *c, int32_t compression);
 
 /* Set the spec on the first value; decides compression (rule in column.c). */
 int fr_column_set_spec(fr_column *c, const fr_spec *spec);

@@ -3,23 +3,24 @@
 #include <stdlib.h>
 
 int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
-                             int64_t n_rows) {
-    int64_t len = fr_should_compress(spec) ? fr_chunker_start_length(opt) : n_rows;
+                             int64_t n_rows, int32_t compression) {
+    int64_t len = fr_compress_choice(spec, compression) ? fr_chunker_start_length(opt)
+                                                        : n_rows;
     if (len > n_rows) len = n_rows;
     return len < 1 ? 1 : (int32_t)len;
 }
 
 /* The chunk of rows [r, r + len) of a column (fewer at the end of the
  * batch), with the next chunk key. */
-static fr_chunk *make_chunk(fr_store *store, const fr_spec *spec, const void *rows,
-                            int64_t n_rows, int64_t r, int32_t len,
+static fr_chunk *make_chunk(fr_store *store, const fr_spec *spec, int compress,
+                            const void *rows, int64_t n_rows, int64_t r, int32_t len,
                             uint64_t *next_key, int *rc) {
     int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
     fr_chunk *c = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
     *rc = FR_ENOMEM;
     if (!c) return NULL;
     *rc = fr_chunk_finalize(c, (const unsigned char *)rows + r * spec->row_bytes, n, r,
-                            r + n - 1, fr_should_compress(spec));
+                            r + n - 1, compress);
     return c;
 }
 
@@ -27,7 +28,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                    const fr_spec *specs, const void *const *cols,
                    int64_t n_rows,
                    const uint64_t *keys, const double *priorities,
-                   const fr_chunker_options *opt,
+                   const fr_chunker_options *opt, const int32_t *compression,
                    uint64_t chunk_key, int64_t timeout_ns, int64_t *n_done,
                    int64_t *bad_index) {
     *n_done = 0;
@@ -48,7 +49,8 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     uint64_t *trajs = calloc((size_t)n_rows, sizeof *trajs);
     if (!chunks || !lens || !ispecs || !trajs) goto out;
     for (int32_t c = 0; c < n_cols; c++) {
-        lens[c] = fr_rows_chunk_length(&specs[c], opt, n_rows);
+        int32_t mode = compression ? compression[c] : FR_COMPRESSION_AUTO;
+        lens[c] = fr_rows_chunk_length(&specs[c], opt, n_rows, mode);
         n_chunks = (n_rows + lens[c] - 1) / lens[c];
         if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
         if (!(chunks[c] = calloc((size_t)n_chunks, sizeof **chunks))) goto out;
@@ -60,7 +62,10 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
         for (int32_t c = 0; c < n_cols; c++) {
             if (r % lens[c] != 0) continue;
             fr_chunk **at = &chunks[c][r / lens[c]];
-            *at = make_chunk(store, &specs[c], cols[c], n_rows, r, lens[c], &chunk_key, &rc);
+            *at = make_chunk(store, &specs[c],
+                             fr_compress_choice(&specs[c], compression
+                                                ? compression[c] : FR_COMPRESSION_AUTO),
+                             cols[c], n_rows, r, lens[c], &chunk_key, &rc);
             if (rc != FR_OK) goto out;
         }
         rc = FR_ENOMEM;

@@ -31,7 +31,13 @@ def insert_rows(
     timeout: float | None = None,
     num_keep_alive_refs: int = 1,
     max_chunk_length: int | None = None,
+    compression: list[int] | None = None,
 ) -> int: ...
+
+COMPRESSION_AUTO: int
+COMPRESSION_NONE: int
+COMPRESSION_LZ4: int
+
 def export_items(
     table: TableCore,
 ) -> tuple[
@@ -218,6 +224,7 @@ class WriterCore:
         max_chunk_length: int | None,
         throughput_weight: float = 1.0,
     ) -> None: ...
+    def set_compression(self, col: int, compression: int) -> None: ...
     def column_info(self, col: int) -> dict[str, Any]: ...
     @property
     def history_len(self) -> int: ...

@@ -279,12 +279,17 @@ cdef extern from "column.h" nogil:
         int32_t num_keep_alive_refs
         int32_t autotune
         double throughput_weight
+    int FR_COMPRESSION_AUTO
+    int FR_COMPRESSION_NONE
+    int FR_COMPRESSION_LZ4
+    void fr_column_set_compression(fr_column *c, int32_t compression)
     int fr_chunker_options_validate(const fr_chunker_options *o)
     int32_t fr_chunker_start_length(const fr_chunker_options *o)
     ctypedef struct fr_column:
         int has_spec
         fr_spec spec
         int compress
+        int32_t compression
         fr_chunker_options opt
         int32_t max_len
         int32_t buf_rows
@@ -336,10 +341,10 @@ cdef extern from "rows.h" nogil:
                        const fr_spec *specs, const void *const *cols,
                        int64_t n_rows, const uint64_t *keys,
                        const double *priorities, const fr_chunker_options *opt,
-                       uint64_t chunk_key,
+                       const int32_t *compression, uint64_t chunk_key,
                        int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
     int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
-                                 int64_t n_rows)
+                                 int64_t n_rows, int32_t compression)
 
 
 cdef extern from "structured.h" nogil:

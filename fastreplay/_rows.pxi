@@ -3,15 +3,24 @@
 # Needs: _table.pxi (TableCore), _codec.pxi (ChunkStore, _options),
 # _steps.pxi (_Step).
 
+#: A column's compression choice (csrc/column.h, FR_COMPRESSION_*).
+COMPRESSION_AUTO = FR_COMPRESSION_AUTO
+COMPRESSION_NONE = FR_COMPRESSION_NONE
+COMPRESSION_LZ4 = FR_COMPRESSION_LZ4
+_COMPRESSION_MODES = (FR_COMPRESSION_AUTO, FR_COMPRESSION_NONE, FR_COMPRESSION_LZ4)
+
 
 def insert_rows(TableCore table not None, ChunkStore store not None, list names,
                 list values, keys,
                 priorities, uint64_t chunk_key, timeout=None,
-                int32_t num_keep_alive_refs=1, max_chunk_length=None) -> int:
+                int32_t num_keep_alive_refs=1, max_chunk_length=None,
+                compression=None) -> int:
     """Insert len(keys) one-step items: row r of every value (leading axis
     = rows) becomes item keys[r], its columns squeezed, in the order of
-    ``values``.  Compressed columns are cut into chunks by the writer's
-    chunker rule for these options (csrc/rows.h), chunk keys counting up
+    ``values``.  ``compression`` gives each value's COMPRESSION_* choice
+    (None: COMPRESSION_AUTO for all).  Compressed columns are cut into
+    chunks by the writer's chunker rule for these options (csrc/rows.h),
+    chunk keys counting up
     from ``chunk_key``.  Returns how many were inserted (fewer when the
     rate limiter timed out part-way, which then raises
     DeadlineExceededError)."""
@@ -25,6 +34,16 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
     if len(names) != len(values):
         raise ValueError(f"names and values differ in length "
                          f"({len(names)} != {len(values)})")
+    cdef const int32_t[::1] modes
+    cdef const int32_t *mp = NULL
+    if compression is not None:
+        modes = np.ascontiguousarray(compression, dtype=np.int32)
+        if modes.shape[0] != len(values) or any(
+                m not in _COMPRESSION_MODES for m in compression):
+            raise ValueError(f"compression must give one of {_COMPRESSION_MODES} per "
+                             f"value, got {compression!r}")
+        if modes.shape[0]:
+            mp = &modes[0]
     if n == 0:
         return 0
     cdef _Step step = _Step(names, list(range(len(values))), values, n)
@@ -39,7 +58,7 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
         with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs,
                                 step.a.rows, n,
-                                &kv[0], &pv[0], &o, chunk_key, tns, &done, &bad)
+                                &kv[0], &pv[0], &o, mp, chunk_key, tns, &done, &bad)
     finally:
         step.release()
     if rc != FR_OK:

@@ -179,6 +179,15 @@ cdef class WriterCore:
             _raise_for_status(fr_writer_configure(self._w, col, o),
                               f"column {self._paths[col]}")
 
+    def set_compression(self, int32_t col, int32_t compression) -> None:
+        """Column ``col``'s COMPRESSION_* choice, from its next chunk on."""
+        if compression not in _COMPRESSION_MODES:
+            raise ValueError(f"compression must be one of {_COMPRESSION_MODES}, "
+                             f"got {compression}")
+        with self.lock:
+            self._check_col(col)
+            fr_column_set_compression(fr_writer_column(self._w, col), compression)
+
     def column_info(self, int32_t col) -> dict:
         """Spec (dtype, shape or None), options and current chunk length."""
         with self.lock:
@@ -191,6 +200,7 @@ cdef class WriterCore:
             "dtype": _dtype_of(&c.spec) if c.has_spec else None,
             "shape": _shape_of(&c.spec) if c.has_spec else None,
             "compress": bool(c.compress),
+            "compression": c.compression,
             "num_keep_alive_refs": c.opt.num_keep_alive_refs,
             "autotune": bool(c.opt.autotune),
             "max_chunk_length": c.max_len,

@@ -12,7 +12,31 @@ within ``[1, num_keep_alive_refs]``.
 
 from __future__ import annotations
 
-__all__ = ["AutoTunedChunkerOptions", "ConstantChunkerOptions"]
+from typing import Any
+
+__all__ = ["COMPRESSIONS", "AutoTunedChunkerOptions", "ConstantChunkerOptions",
+           "compression_mode"]
+
+#: A column's compression choices: ``'auto'`` (LZ4 for rows of 256 bytes or
+#: more, README "Compression rule"), ``'lz4'`` (always tried; a chunk that
+#: does not shrink by 1/8 is kept raw) and None (never: sampling copies the
+#: rows without decoding).
+COMPRESSIONS = ("auto", "lz4", None)
+
+
+def compression_mode(value: Any, what: str) -> int:
+    """The core's code (``_core.COMPRESSION_*``) of a compression choice;
+    ValueError naming ``what`` (a column or field) otherwise."""
+    from fastreplay import _core
+
+    if value is None or value == "none":
+        return int(_core.COMPRESSION_NONE)
+    if value == "auto":
+        return int(_core.COMPRESSION_AUTO)
+    if value == "lz4":
+        return int(_core.COMPRESSION_LZ4)
+    raise ValueError(f"{what}: compression must be 'auto', 'lz4' or None, "
+                     f"got {value!r}")
 
 
 def _check_keep_alive(num_keep_alive_refs: int) -> None:

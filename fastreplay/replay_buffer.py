@@ -13,12 +13,14 @@ from __future__ import annotations
 import math
 import secrets
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _core, rate_limiters, selectors
+from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
 __all__ = ["ReplayBuffer"]
@@ -42,10 +44,23 @@ class ReplayBuffer:
     min_size : int
         Transitions needed before ``sample`` returns (it waits until then, up
         to ``timeout``).
+    compression : {'auto', 'lz4', None} or dict, optional
+        How fields are stored: ``'auto'`` (LZ4 for rows of 256 bytes or
+        more), ``'lz4'`` or None (raw: sampling copies rows without
+        decoding, the fastest for images that do not compress); a dict gives
+        it per field (fields it does not name are ``'auto'``).
     """
 
     def __init__(self, capacity: int, *, alpha: float | None = None,
-                 seed: int | None = None, min_size: int = 1) -> None:
+                 seed: int | None = None, min_size: int = 1,
+                 compression: str | None | Mapping[str, str | None] = "auto") -> None:
+        if isinstance(compression, Mapping):
+            self._compression = {str(k): compression_mode(v, f"field {k!r}")
+                                 for k, v in compression.items()}
+            self._default_compression = compression_mode("auto", "")
+        else:
+            self._compression = {}
+            self._default_compression = compression_mode(compression, "ReplayBuffer")
         sampler: selectors.ItemSelector = (
             selectors.Uniform() if alpha is None else selectors.Prioritized(alpha)
         )
@@ -92,6 +107,10 @@ class ReplayBuffer:
             raise ValueError("add needs at least one field")
         if self._fields is not None and names != self._fields:
             raise ValueError(f"fields {names} differ from the buffer's {self._fields}")
+        unknown = sorted(set(self._compression) - set(names))
+        if unknown:
+            raise ValueError(f"compression names fields {unknown} that the transitions "
+                             f"lack (fields: {names})")
         values = [np.asarray(transitions[k]) for k in names]
         specs = [(v.dtype, v.shape[1:]) for v in values]
         if self._specs is not None and specs != self._specs:
@@ -116,7 +135,9 @@ class ReplayBuffer:
         try:
             _core.insert_rows(self._table._core, self._store,
                               [f"({k!r},)" for k in names], values, keys, prios,
-                              chunk_key, timeout, _KEEP_ALIVE)
+                              chunk_key, timeout, _KEEP_ALIVE, None,
+                              [self._compression.get(k, self._default_compression)
+                               for k in names])
         except BaseException:
             with self._lock:
                 if first and len(self._table) == 0:

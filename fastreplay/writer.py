@@ -21,6 +21,7 @@ from fastreplay.chunkers import (
     AutoTunedChunkerOptions,
     ChunkerOptions,
     ConstantChunkerOptions,
+    compression_mode,
 )
 from fastreplay.history import ColumnHistory, TrajectoryColumn, WeakCellRef
 from fastreplay.table import Table
@@ -127,6 +128,7 @@ class TrajectoryWriter(_core._WriterBase):
             default.max_chunk_length, getattr(default, "throughput_weight", 1.0),
         )
         self._overrides: dict[tuple[Any, ...], ChunkerOptions] = {}
+        self._compression: dict[tuple[Any, ...], int] = {}  # configure(compression=)
         self._columns = _Columns(self._add_column)
         self._history = None
         self._generation = 0  # end_episode(clear_buffers=True) calls so far
@@ -137,11 +139,14 @@ class TrajectoryWriter(_core._WriterBase):
     def _add_column(self, path: tuple[Any, ...]) -> None:
         o = self._overrides.get(path)
         if o is None:
-            self._core.add_column(repr(path))
+            col = self._core.add_column(repr(path))
         else:
-            self._core.add_column(repr(path), o.num_keep_alive_refs,
-                                  o.max_chunk_length,
-                                  getattr(o, "throughput_weight", 1.0))
+            col = self._core.add_column(repr(path), o.num_keep_alive_refs,
+                                        o.max_chunk_length,
+                                        getattr(o, "throughput_weight", 1.0))
+        mode = self._compression.get(path)
+        if mode is not None:
+            self._core.set_compression(col, mode)
         self._history = None
 
     def configure(
@@ -150,14 +155,19 @@ class TrajectoryWriter(_core._WriterBase):
         *,
         num_keep_alive_refs: int,
         max_chunk_length: int | None,
+        compression: str | None = "auto",
     ) -> None:
         """Override chunking for one column (now if it exists, else when it
         first appears).  ``max_chunk_length=None`` auto-tunes the length.
+        ``compression`` (fastreplay's): ``'auto'`` (the rule: LZ4 for rows
+        of 256 bytes or more), ``'lz4'`` or None (rows stored raw, sampled
+        without decoding); it applies from the column's next chunk.
 
         Raises
         ------
         ValueError
-            ``num_keep_alive_refs < 1`` or an invalid ``max_chunk_length``.
+            ``num_keep_alive_refs < 1``, an invalid ``max_chunk_length`` or
+            ``compression``.
         FailedPreconditionError
             The column already buffers cells (flush first).
         """
@@ -173,11 +183,18 @@ class TrajectoryWriter(_core._WriterBase):
                 f"max_chunk_length ({max_chunk_length}) must be None or a positive "
                 f"integer <= num_keep_alive_refs ({num_keep_alive_refs})"
             )
+        mode = compression_mode(compression, f"column {tuple(path)!r}")
         options: ChunkerOptions = (
             AutoTunedChunkerOptions(num_keep_alive_refs) if max_chunk_length is None
             else ConstantChunkerOptions(max_chunk_length, num_keep_alive_refs)
         )
         self.configure_chunker(path, options)
+        with self._core.lock:
+            col = self._columns.index.get(tuple(path))
+            if col is None:
+                self._compression[tuple(path)] = mode
+            else:
+                self._core.set_compression(col, mode)
 
     def configure_chunker(self, path: tuple[Any, ...], options: ChunkerOptions
                           ) -> None:
