@@ -21,7 +21,8 @@ from fastreplay.net import wire
 from fastreplay.table import Table
 
 if TYPE_CHECKING:
-    from fastreplay.net.remote import RemoteBackend, _Conn
+    from fastreplay.net.conn import Conn
+    from fastreplay.net.remote import RemoteBackend
 
 __all__ = ["HeldChunks", "Outbox", "STAGING_ITEMS"]
 
@@ -175,7 +176,7 @@ class Outbox:
         structures = [[int(s), _structures.to_json(int(s))]
                       for s in np.unique(records[0]["structure"])]
 
-        def build(conn: _Conn) -> tuple[dict[str, Any], list[Any]]:
+        def build(conn: Conn) -> tuple[dict[str, Any], list[Any]]:
             new, forget = conn.held.use(wanted)
             index = at[new]
             size = _core.chunk_bytes(handles, index)

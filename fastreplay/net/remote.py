@@ -1,11 +1,14 @@
 """The client side of the transport: ``RemoteBackend`` gives ``Client`` the
 tables of a server in another process or on another machine.
 
-Calls travel as frames (``wire``) over one TCP connection per calling
-thread.  Writers write into local staging queues (one per remote table,
-``Table.queue``) with the same compiled writer as in process, and an
-``outbox.Outbox`` thread ships what they created.  Large batches sampled on
-the server's host come through shared memory.
+Calls travel as frames (``wire``) over one connection per calling thread
+(``conn.Conn``: the server's Unix socket on its host, else TCP).  Writers
+write into local staging queues (one per remote table, ``Table.queue``)
+with the same compiled writer as in process, and an ``outbox.Outbox``
+thread ships what they created (chunk bytes through a shared-memory
+``ring`` on the server's host).  Large batches sampled on the server's host
+come through shared memory; a learner's next batches are asked for
+``ahead``; priority updates are sent in batches (``priorities``).
 
 When the server goes away, calls reconnect for up to ``reconnect_window``
 seconds (``FASTREPLAY_RECONNECT_WINDOW``, default 10) and then raise
@@ -15,14 +18,12 @@ forever on a dead server.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import secrets
 import socket
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,8 +32,9 @@ import numpy as np
 from fastreplay import _core, errors
 from fastreplay.net import ahead, wire
 from fastreplay.net.codec import info_from_json, structure_from_json
-from fastreplay.net.outbox import STAGING_ITEMS, HeldChunks, Outbox
-from fastreplay.net.priorities import MAX_KEYS, Flusher, Ops
+from fastreplay.net.conn import Conn, deliver, error_from, segment_arrays
+from fastreplay.net.outbox import STAGING_ITEMS, Outbox
+from fastreplay.net.priorities import MAX_KEYS, Flusher
 from fastreplay.net.ring import RING_BYTES, SendRing
 from fastreplay.rate_limiters import MinSize
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
@@ -46,19 +48,12 @@ MAX_OWED = 256
 #: Batches at least this large come through shared memory when the server
 #: is on this host (``FASTREPLAY_SHM=0`` turns it off).
 SHM_MIN_BYTES = 1 << 20
-#: Free segments a connection keeps.
-SHM_KEEP = 3
 _LOOPBACK = ("127.0.0.1", "::1")
 #: Batches a learner's connection keeps asked for ahead (``ahead``): with
 #: two, the server finds the next request waiting when it sends a batch and
 #: the learner finds the next batch waiting when it asks.
 AHEAD_DEPTH = 2
 _counter = itertools.count()
-_BUILTIN_ERRORS = {e.__name__: e for e in (
-    ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError,
-    MemoryError, TimeoutError)}
-
-
 class RefusedError(errors.UnavailableError):
     """The server refused the connection (a wrong or missing token)."""
 
@@ -73,76 +68,6 @@ def _window() -> float:
     return max(value, 0.0)
 
 
-def _error_from(msg: dict[str, Any]) -> BaseException:
-    name, text = str(msg.get("error")), str(msg.get("message"))
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        return cls(text)
-    if name in _BUILTIN_ERRORS:
-        return _BUILTIN_ERRORS[name](text)
-    return errors.InternalError(f"{name}: {text}")
-
-
-class _Conn:
-    """One connection and the chunks the server keeps for it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reader = wire.Reader(sock)
-        self.held = HeldChunks()  # the chunks the server keeps for this connection
-        # Deferred calls sent whose replies are not read yet, oldest first,
-        # as call() arguments: sent again on a new connection if this one
-        # dies before they are confirmed.
-        self.pending: collections.deque[tuple[Any, ...]] = collections.deque()
-        # Shared-memory segments the server attached for this connection,
-        # free for the next batch (in use while a sampled array views one).
-        self.free: list[Any] = []
-        # Held by the thread using the connection for a whole call (and by
-        # the priorities Flusher while it sends).
-        self.lock = threading.RLock()
-        self.ops = Ops()  # priority updates not sent yet
-        # An error of a deferred call the Flusher read: raised by the next call.
-        self.failed: BaseException | None = None
-        # Batches asked for ahead, oldest first.
-        self.ahead: collections.deque[ahead.Ahead] = collections.deque()
-        # Shared memory the outbox packs chunk bytes into (same host only);
-        # False once the server could not map one.
-        self.ring: SendRing | None | bool = None
-        self.streak = ahead.Streak()
-
-    def settle(self, until: Any = None) -> None:
-        """Read the replies owed for deferred calls (up to the batch asked
-        for ahead ``until``, when given); raise the first error among them
-        (after reading them)."""
-        first: BaseException | None = None
-        while self.pending:
-            kind, msg, blob = self.reader.recv_frame()
-            op, args, _, _, done = self.pending.popleft()
-            if isinstance(done, ahead.Ahead):
-                done.reply = (kind, msg, blob)
-                if done is until:
-                    break
-                continue
-            region = args.get("data") if op == "insert" else None
-            if isinstance(region, dict) and isinstance(self.ring, SendRing):
-                self.ring.give_back(region["at"])  # the server is done with it
-            if kind == wire.KIND_ERROR and first is None:
-                first = _error_from(msg)
-        if first is not None:
-            raise first
-
-    def unconfirmed(self) -> list[tuple[Any, ...]]:
-        """Deferred calls sent and not confirmed, to send again on a new
-        connection (batches asked for ahead are not)."""
-        return [c for c in self.pending if not isinstance(c[4], ahead.Ahead)]
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 class RemoteBackend:
     """The tables of the server at ``host:port`` in another process."""
 
@@ -154,7 +79,7 @@ class RemoteBackend:
         self._token = token if token is not None else os.environ.get("FASTREPLAY_TOKEN")
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._conns: list[_Conn] = []
+        self._conns: list[Conn] = []
         self._staging: dict[str, Table] | None = None
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
@@ -210,7 +135,7 @@ class RemoteBackend:
             return None
         return sock
 
-    def _connect(self, deadline: float) -> _Conn:
+    def _connect(self, deadline: float) -> Conn:
         delay = 0.01
         while True:
             try:
@@ -218,7 +143,7 @@ class RemoteBackend:
                 if sock is None:
                     sock = self._open(deadline, False)
                     assert sock is not None
-                conn = _Conn(sock)
+                conn = Conn(sock)
                 with self._lock:
                     self._conns.append(conn)
                 return conn
@@ -234,13 +159,13 @@ class RemoteBackend:
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
 
-    def _conn(self, deadline: float) -> _Conn:
-        conn: _Conn | None = getattr(self._local, "conn", None)
+    def _conn(self, deadline: float) -> Conn:
+        conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = self._connect(deadline)
         return conn
 
-    def _drop(self, conn: _Conn) -> None:
+    def _drop(self, conn: Conn) -> None:
         conn.close()
         with self._lock:
             if conn in self._conns:
@@ -304,13 +229,13 @@ class RemoteBackend:
                             f"connection kept failing for {self._window:g} s") from None
                     continue  # the server went away: reconnect and try again
             if kind == wire.KIND_ERROR:
-                exc = _error_from(msg)
+                exc = error_from(msg)
                 if isinstance(exc, errors.DataLossError):
                     self._drop(conn)  # the server closed this connection
                 raise exc
             return msg.get("result"), blob
 
-    def _ship_ops(self, conn: _Conn) -> None:
+    def _ship_ops(self, conn: Conn) -> None:
         """Send the priority updates waiting on ``conn`` as one deferred
         call (``conn.lock`` held).  Its reply is read like any deferred
         call's; an error read here waits in ``conn.failed`` for the next
@@ -379,7 +304,7 @@ class RemoteBackend:
             conns, self._conns = self._conns, []
         for c in conns:
             if ship:
-                _deliver(c, self._ship_ops)
+                deliver(c, self._ship_ops)
             c.close()
 
     # ----- tables -----
@@ -448,7 +373,7 @@ class RemoteBackend:
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
         if segment is not None and result.get("shm") == segment[1].name:
-            arrays = _segment_arrays(result["arrays"], *segment)
+            arrays = segment_arrays(result["arrays"], *segment)
         else:
             if segment is not None:
                 segment[0].free.append(segment[1])
@@ -457,13 +382,13 @@ class RemoteBackend:
         return (SampleInfoBatch(*arrays[:k]), arrays[k:],
                 structure_from_json(result["structure"]))
 
-    def _segment_for(self, table: str, n: int) -> tuple[_Conn, Any] | None:
+    def _segment_for(self, table: str, n: int) -> tuple[Conn, Any] | None:
         """A shared-memory segment for a batch of ``n`` of ``table`` when
         such batches are large and the server is on this host."""
         want = self._batch_bytes.get((table, n), 0)
         return self._lease(want) if self._shm and want >= SHM_MIN_BYTES else None
 
-    def _ask_ahead(self, conn: _Conn, table: str, n: int) -> bool:
+    def _ask_ahead(self, conn: Conn, table: str, n: int) -> bool:
         """Ask for a next batch now (``ahead``; ``conn.lock`` held)."""
         segment = self._segment_for(table, n)
         args: dict[str, Any] = {"table": table, "n": n, "timeout": 0}
@@ -481,7 +406,7 @@ class RemoteBackend:
         conn.pending.append(("sample_batch", args, (), 0, a))
         return True
 
-    def _take_ahead(self, conn: _Conn, table: str, n: int
+    def _take_ahead(self, conn: Conn, table: str, n: int
                     ) -> tuple[Any, Any, Any] | None:
         """The reply of the oldest batch asked for ahead if it answers this
         call (``conn.lock`` held); None otherwise (it is thrown away)."""
@@ -508,7 +433,7 @@ class RemoteBackend:
         assert a.reply is not None
         return a.reply[1].get("result"), a.reply[2], a.segment
 
-    def ring_region(self, conn: _Conn, n: int) -> tuple[SendRing, int] | None:
+    def ring_region(self, conn: Conn, n: int) -> tuple[SendRing, int] | None:
         """``(ring, offset)`` of ``n`` bytes of shared memory on ``conn``
         for an insert frame's chunk bytes (``ring``; ``conn.lock`` held),
         the ring made and attached the first time; None when the bytes
@@ -536,7 +461,7 @@ class RemoteBackend:
         at = conn.ring.take(n)
         return None if at is None else (conn.ring, at)
 
-    def _lease(self, nbytes: int) -> tuple[_Conn, Any] | None:
+    def _lease(self, nbytes: int) -> tuple[Conn, Any] | None:
         """A free segment of this thread's connection holding ``nbytes``,
         made and attached when there is none; None when the server can't
         map it (another host or container): batches then come over the
@@ -652,30 +577,3 @@ class RemoteBackend:
     def checkpoint(self) -> str:
         result, _ = self.call("checkpoint", {})
         return str(result)
-
-
-def _deliver(conn: _Conn, ship: Any) -> None:
-    """Send ``conn``'s waiting priority updates and read the replies it is
-    owed (bounded), so that closing it loses nothing it accepted."""
-    with conn.lock:
-        try:
-            conn.sock.settimeout(5.0)
-            if conn.ops.items:
-                ship(conn)
-            conn.settle()
-        except Exception:  # noqa: BLE001 - closing: errors are no one's now
-            pass
-
-
-def _segment_arrays(descs: Any, conn: _Conn, segment: Any) -> list[np.ndarray]:
-    """Read-only views of a batch the server wrote into ``segment``; the
-    segment goes back to ``conn``'s free list when the last view is gone."""
-    holder = np.frombuffer(segment, np.uint8)
-    arrays = wire.unpack_arrays(descs, holder)
-    weakref.finalize(holder, _give_back, conn, segment)
-    return arrays
-
-
-def _give_back(conn: _Conn, segment: Any) -> None:
-    if len(conn.free) < SHM_KEEP:
-        conn.free.append(segment)
