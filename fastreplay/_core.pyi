@@ -34,6 +34,25 @@ def insert_rows(
     compression: list[int] | None = None,
 ) -> int: ...
 
+@disjoint_base
+class RowPlan:
+    @property
+    def n(self) -> int: ...
+    def __new__(cls, names: list[str], rows: list[Any]) -> RowPlan: ...
+
+def insert_row(
+    table: TableCore,
+    store: ChunkStore,
+    plan: RowPlan,
+    names: list[str],
+    values: list[Any],
+    key: int,
+    priority: float,
+    chunk_key: int,
+    timeout: float | None = None,
+    compression: list[int] | None = None,
+) -> bool: ...
+
 COMPRESSION_AUTO: int
 COMPRESSION_NONE: int
 COMPRESSION_LZ4: int

@@ -66,3 +66,69 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
             _raise_for_status(rc, table._ctx(kv[bad], pv[bad]))
         _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
     return done
+
+
+cdef class RowPlan:
+    """The row specs of a buffer's fields, fixed by its first insert:
+    ``insert_row`` checks each later row against them."""
+
+    cdef fr_spec *specs
+    cdef readonly Py_ssize_t n
+
+    def __cinit__(self, list names, list rows):
+        cdef _Step step = _Step(names, list(range(len(rows))), rows, 0)
+        self.n = len(rows)
+        self.specs = <fr_spec *>malloc(max(self.n, 1) * sizeof(fr_spec))
+        if self.specs == NULL:
+            raise MemoryError()
+        memcpy(self.specs, step.a.specs, self.n * sizeof(fr_spec))
+        step.release()
+
+    def __dealloc__(self):
+        free(self.specs)
+
+
+def insert_row(TableCore table not None, ChunkStore store not None,
+               RowPlan plan not None, list names, list values, uint64_t key,
+               double priority, uint64_t chunk_key, timeout=None,
+               compression=None) -> bool:
+    """``insert_rows`` of one row, given as it is (no leading axis; Python
+    floats, ints and bools as numpy stores them, nothing else converted):
+    one item ``key`` in one call, for ``ReplayBuffer.add``.  Returns False,
+    inserting nothing, when the values are not ``plan``'s rows (count,
+    dtype or shape; the caller's general path then reports it)."""
+    cdef Py_ssize_t n = len(values), i
+    if n != plan.n or len(names) != n:
+        return False
+    cdef fr_chunker_options o
+    _options(&o, 1, None, 1.0)
+    cdef const int32_t[::1] modes
+    cdef const int32_t *mp = NULL
+    if compression is not None:
+        modes = np.ascontiguousarray(compression, dtype=np.int32)
+        if modes.shape[0] != n:
+            raise ValueError(f"compression must give one choice per value, got "
+                             f"{compression!r}")
+        if n:
+            mp = &modes[0]
+    cdef _Step step = _Step(names, list(range(n)), values, 0)
+    cdef int64_t tns = _timeout_ns(timeout)
+    cdef int64_t done = 0, bad = -1
+    cdef int rc
+    try:
+        if step.text_path(names) is not None:
+            return False
+        for i in range(n):
+            if not fr_spec_equal(&step.a.specs[i], &plan.specs[i]):
+                return False
+        with nogil:  # may wait for the rate limiter: not a hand-off section
+            rc = fr_insert_rows(table._t, store._s, <int32_t>n, step.a.specs,
+                                step.a.rows, 1, &key, &priority, &o, mp, chunk_key,
+                                tns, &done, &bad)
+    finally:
+        step.release()
+    if rc != FR_OK:
+        if bad >= 0:
+            _raise_for_status(rc, table._ctx(key, priority))
+        _raise_for_status(rc, table._ctx() + ", 0 of 1 inserted")
+    return True

@@ -74,6 +74,11 @@ class ReplayBuffer:
         self._next_key = 0
         self._chunk_keys = secrets.randbits(63)
         self._max_priority = 1.0
+        # add's compiled path (_core.insert_row), set by the first insert
+        self._plan: Any = None
+        self._paths: list[str] = []
+        self._modes: list[int] = []
+        self._field_set: set[str] = set()
 
     @property
     def capacity(self) -> int:
@@ -96,6 +101,23 @@ class ReplayBuffer:
         The first call fixes the field names; a prioritized buffer gives new
         transitions ``priority`` or else the largest priority seen so far.
         """
+        plan, names = self._plan, self._fields
+        if (plan is not None and names is not None
+                and transition.keys() == self._field_set):
+            # The compiled path: one row as given, checked against the
+            # first insert's specs (anything else takes the general path).
+            values = [transition[k] for k in names]
+            prio = (float(priority) if priority is not None else
+                    self._max_priority if self._prioritized else 1.0)
+            with self._lock:
+                key, chunk_key = self._next_key, self._chunk_keys
+                self._next_key += 1
+                self._chunk_keys = (self._chunk_keys + len(names)) % 2**64
+            if _core.insert_row(self._table._core, self._store, plan, self._paths,
+                                values, key, prio, chunk_key, None, self._modes):
+                if priority is not None:
+                    self._max_priority = max(self._max_priority, prio)
+                return
         batch: dict[str, Any] = {k: np.asarray(v)[None] for k, v in transition.items()}
         self.add_batch(priorities=None if priority is None else [priority], **batch)
 
@@ -132,17 +154,20 @@ class ReplayBuffer:
             first = self._fields is None
             if first:  # set before rows can be sampled; undone if none land
                 self._fields, self._specs = names, specs
+        paths = [f"({k!r},)" for k in names]
+        modes = [self._compression.get(k, self._default_compression) for k in names]
         try:
-            _core.insert_rows(self._table._core, self._store,
-                              [f"({k!r},)" for k in names], values, keys, prios,
-                              chunk_key, timeout, _KEEP_ALIVE, None,
-                              [self._compression.get(k, self._default_compression)
-                               for k in names])
+            done = _core.insert_rows(self._table._core, self._store, paths, values,
+                                     keys, prios, chunk_key, timeout, _KEEP_ALIVE,
+                                     None, modes)
         except BaseException:
             with self._lock:
                 if first and len(self._table) == 0:
                     self._fields = self._specs = None
             raise
+        if first and done and self._plan is None:  # add's compiled path from now on
+            self._paths, self._modes, self._field_set = paths, modes, set(names)
+            self._plan = _core.RowPlan(paths, [v[0] for v in values])
         # Only a successful insert raises the default priority.
         if priorities is not None and len(prios):
             self._max_priority = max(self._max_priority, float(prios.max()))

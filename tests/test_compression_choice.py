@@ -140,3 +140,58 @@ def test_writer_refuses_a_bad_choice_naming_the_column():
         assert len(table) == 1
     finally:
         server.stop()
+
+
+# ----- ReplayBuffer.add's compiled path (one row, _core.insert_row) -----
+
+
+def test_add_one_at_a_time_stores_what_add_batch_stores():
+    obs = frames()
+    one = reverb.ReplayBuffer(N, compression={"obs": None}, seed=1)
+    many = reverb.ReplayBuffer(N, compression={"obs": None}, seed=1)
+    for i in range(N):  # Python scalars, numpy scalars and rows mixed
+        one.add(obs=obs[i], a=i, r=float(i) / 2, d=bool(i % 2), f=np.float32(i))
+    many.add_batch(obs=obs, a=np.arange(N), r=np.arange(N) / 2,
+                   d=np.arange(N) % 2 == 1, f=np.arange(N, dtype=np.float32))
+    assert len(one) == len(many) == N
+    for key in ("stored_bytes", "raw_bytes"):  # the same bytes, raw frames
+        assert stats(one)[key] == stats(many)[key] == N * (84 * 84 + 8 + 8 + 1 + 4)
+    for rb in (one, many):
+        batch = rb.sample(64)
+        k = batch["indexes"].astype(np.int64)
+        np.testing.assert_array_equal(batch["obs"], obs[k])
+        np.testing.assert_array_equal(batch["a"], k)
+        np.testing.assert_array_equal(batch["r"], k / 2)
+        np.testing.assert_array_equal(batch["d"], k % 2 == 1)
+        np.testing.assert_array_equal(batch["f"], k.astype(np.float32))
+        assert batch["a"].dtype == np.int64 and batch["d"].dtype == np.bool_
+
+
+@pytest.mark.parametrize("bad", [
+    {"obs": np.zeros(3, np.float32), "a": 1.5},       # dtype of a changes
+    {"obs": np.zeros(4, np.float32), "a": 1},         # shape of obs changes
+    {"obs": np.zeros(3, np.float64), "a": 1},         # dtype of obs changes
+    {"obs": np.zeros(3, np.float32)},                 # a field missing
+    {"obs": np.zeros(3, np.float32), "a": 1, "b": 2},  # a field more
+    {"obs": "text", "a": 1},                          # a string
+])
+def test_add_refuses_rows_unlike_the_first_and_inserts_nothing(bad):
+    rb = reverb.ReplayBuffer(10)
+    rb.add(obs=np.zeros(3, np.float32), a=1)
+    rb.add(obs=np.ones(3, np.float32), a=2)  # the compiled path
+    with pytest.raises((ValueError, TypeError)):
+        rb.add(**bad)
+    assert len(rb) == 2
+    rb.add(obs=np.full(3, 2, np.float32), a=3)  # the buffer still works
+    assert len(rb) == 3
+
+
+def test_add_priorities_on_the_compiled_path():
+    rb = reverb.ReplayBuffer(10, alpha=1.0)
+    rb.add(x=0)
+    rb.add(x=1, priority=5.0)
+    rb.add(x=2)  # the largest priority so far
+    assert sorted(rb.table.items()["priority"].tolist()) == [1.0, 5.0, 5.0]
+    with pytest.raises(reverb.errors.InvalidPriorityError):
+        rb.add(x=3, priority=float("nan"))
+    assert len(rb) == 3
