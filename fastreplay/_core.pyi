@@ -38,7 +38,8 @@ def insert_rows(
 class RowPlan:
     @property
     def n(self) -> int: ...
-    def __new__(cls, names: list[str], rows: list[Any]) -> RowPlan: ...
+    def __new__(cls, names: list[str], rows: list[Any],
+                compression: list[int] | None = None) -> RowPlan: ...
 
 def insert_row(
     table: TableCore,
@@ -50,7 +51,6 @@ def insert_row(
     priority: float,
     chunk_key: int,
     timeout: float | None = None,
-    compression: list[int] | None = None,
 ) -> bool: ...
 
 COMPRESSION_AUTO: int

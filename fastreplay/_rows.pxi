@@ -69,29 +69,42 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
 
 
 cdef class RowPlan:
-    """The row specs of a buffer's fields, fixed by its first insert:
-    ``insert_row`` checks each later row against them."""
+    """The row specs of a buffer's fields, fixed by its first insert, with
+    their compression choices (COMPRESSION_*, None: AUTO) and the chunker
+    options of one-step items: ``insert_row`` checks each later row against
+    them."""
 
     cdef fr_spec *specs
+    cdef int32_t *modes
+    cdef fr_chunker_options opt
     cdef readonly Py_ssize_t n
 
-    def __cinit__(self, list names, list rows):
+    def __cinit__(self, list names, list rows, compression=None):
+        cdef Py_ssize_t i
         cdef _Step step = _Step(names, list(range(len(rows))), rows, 0)
         self.n = len(rows)
         self.specs = <fr_spec *>malloc(max(self.n, 1) * sizeof(fr_spec))
-        if self.specs == NULL:
+        self.modes = <int32_t *>malloc(max(self.n, 1) * sizeof(int32_t))
+        if self.specs == NULL or self.modes == NULL:
             raise MemoryError()
         memcpy(self.specs, step.a.specs, self.n * sizeof(fr_spec))
         step.release()
+        if compression is not None and (len(compression) != self.n or any(
+                m not in _COMPRESSION_MODES for m in compression)):
+            raise ValueError(f"compression must give one of {_COMPRESSION_MODES} per "
+                             f"row, got {compression!r}")
+        for i in range(self.n):
+            self.modes[i] = FR_COMPRESSION_AUTO if compression is None else compression[i]
+        _options(&self.opt, 1, None, 1.0)
 
     def __dealloc__(self):
         free(self.specs)
+        free(self.modes)
 
 
 def insert_row(TableCore table not None, ChunkStore store not None,
                RowPlan plan not None, list names, list values, uint64_t key,
-               double priority, uint64_t chunk_key, timeout=None,
-               compression=None) -> bool:
+               double priority, uint64_t chunk_key, timeout=None) -> bool:
     """``insert_rows`` of one row, given as it is (no leading axis; Python
     floats, ints and bools as numpy stores them, nothing else converted):
     one item ``key`` in one call, for ``ReplayBuffer.add``.  Returns False,
@@ -100,17 +113,6 @@ def insert_row(TableCore table not None, ChunkStore store not None,
     cdef Py_ssize_t n = len(values), i
     if n != plan.n or len(names) != n:
         return False
-    cdef fr_chunker_options o
-    _options(&o, 1, None, 1.0)
-    cdef const int32_t[::1] modes
-    cdef const int32_t *mp = NULL
-    if compression is not None:
-        modes = np.ascontiguousarray(compression, dtype=np.int32)
-        if modes.shape[0] != n:
-            raise ValueError(f"compression must give one choice per value, got "
-                             f"{compression!r}")
-        if n:
-            mp = &modes[0]
     cdef _Step step = _Step(names, list(range(n)), values, 0)
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
@@ -123,8 +125,8 @@ def insert_row(TableCore table not None, ChunkStore store not None,
                 return False
         with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_insert_rows(table._t, store._s, <int32_t>n, step.a.specs,
-                                step.a.rows, 1, &key, &priority, &o, mp, chunk_key,
-                                tns, &done, &bad)
+                                step.a.rows, 1, &key, &priority, &plan.opt, plan.modes,
+                                chunk_key, tns, &done, &bad)
     finally:
         step.release()
     if rc != FR_OK:

@@ -77,7 +77,6 @@ class ReplayBuffer:
         # add's compiled path (_core.insert_row), set by the first insert
         self._plan: Any = None
         self._paths: list[str] = []
-        self._modes: list[int] = []
         self._field_set: set[str] = set()
 
     @property
@@ -114,7 +113,7 @@ class ReplayBuffer:
                 self._next_key += 1
                 self._chunk_keys = (self._chunk_keys + len(names)) % 2**64
             if _core.insert_row(self._table._core, self._store, plan, self._paths,
-                                values, key, prio, chunk_key, None, self._modes):
+                                values, key, prio, chunk_key):
                 if priority is not None:
                     self._max_priority = max(self._max_priority, prio)
                 return
@@ -166,8 +165,8 @@ class ReplayBuffer:
                     self._fields = self._specs = None
             raise
         if first and done and self._plan is None:  # add's compiled path from now on
-            self._paths, self._modes, self._field_set = paths, modes, set(names)
-            self._plan = _core.RowPlan(paths, [v[0] for v in values])
+            self._paths, self._field_set = paths, set(names)
+            self._plan = _core.RowPlan(paths, [v[0] for v in values], modes)
         # Only a successful insert raises the default priority.
         if priorities is not None and len(prios):
             self._max_priority = max(self._max_priority, float(prios.max()))
