@@ -1,11 +1,15 @@
 #include "rows.h"
 
+#include "traj_bulk.h"
+
 #include <stdlib.h>
 
 int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
                              int64_t n_rows, int32_t compression) {
+    int64_t raw_rows = spec->row_bytes > 0 ? FR_ROWS_RAW_CHUNK_BYTES / spec->row_bytes
+                                           : n_rows;
     int64_t len = fr_compress_choice(spec, compression) ? fr_chunker_start_length(opt)
-                                                        : n_rows;
+                                                        : raw_rows;
     if (len > n_rows) len = n_rows;
     return len < 1 ? 1 : (int32_t)len;
 }
@@ -42,60 +46,63 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     }
     if (n_rows <= 0 || n_rows > INT32_MAX) return n_rows == 0 ? FR_OK : FR_EINVAL;
     int rc = FR_ENOMEM;
-    int64_t n_chunks = 0;
-    fr_chunk ***chunks = calloc((size_t)n_cols, sizeof *chunks);
+    int64_t built = 0; /* trajectories made */
+    /* Per column: the chunk being filled, its first row, its length. */
+    fr_chunk **cur = calloc((size_t)n_cols, sizeof *cur);
+    int64_t *first = calloc((size_t)n_cols, sizeof *first);
     int32_t *lens = calloc((size_t)n_cols, sizeof *lens);
+    int32_t *offs = calloc((size_t)n_cols, sizeof *offs);
     const fr_spec **ispecs = calloc((size_t)n_cols, sizeof *ispecs);
     uint64_t *trajs = calloc((size_t)n_rows, sizeof *trajs);
-    if (!chunks || !lens || !ispecs || !trajs) goto out;
+    if (!cur || !first || !lens || !offs || !ispecs || !trajs) goto out;
     for (int32_t c = 0; c < n_cols; c++) {
         int32_t mode = compression ? compression[c] : FR_COMPRESSION_AUTO;
         lens[c] = fr_rows_chunk_length(&specs[c], opt, n_rows, mode);
-        n_chunks = (n_rows + lens[c] - 1) / lens[c];
         if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
-        if (!(chunks[c] = calloc((size_t)n_chunks, sizeof **chunks))) goto out;
     }
     /* Row by row, each row's new chunks and then its trajectory, so that
      * what one sampled item reads lies together in memory as after `add`
-     * (column by column, sample_batch of image rows was ~15% slower). */
-    for (int64_t r = 0; r < n_rows; r++) {
+     * (column by column, sample_batch of image rows was ~15% slower).  A
+     * new chunk takes at once the references of all the rows it will hold
+     * (fr_chunk_retain_n), not one per row. */
+    for (int64_t r = 0; r < n_rows; r++, built++) {
         for (int32_t c = 0; c < n_cols; c++) {
-            if (r % lens[c] != 0) continue;
-            fr_chunk **at = &chunks[c][r / lens[c]];
-            *at = make_chunk(store, &specs[c],
-                             fr_compress_choice(&specs[c], compression
-                                                ? compression[c] : FR_COMPRESSION_AUTO),
-                             cols[c], n_rows, r, lens[c], &chunk_key, &rc);
-            if (rc != FR_OK) goto out;
+            if (r % lens[c] == 0) {
+                if (cur[c]) fr_chunk_release(cur[c]); /* its rows hold it */
+                cur[c] = make_chunk(store, &specs[c],
+                                    fr_compress_choice(&specs[c], compression
+                                                       ? compression[c]
+                                                       : FR_COMPRESSION_AUTO),
+                                    cols[c], n_rows, r, lens[c], &chunk_key, &rc);
+                if (rc != FR_OK) goto out;
+                first[c] = r;
+                fr_chunk_retain_n(cur[c], cur[c]->n_rows);
+            }
+            offs[c] = (int32_t)(r - first[c]);
         }
         rc = FR_ENOMEM;
-        fr_trajectory *tr = fr_trajectory_new(n_cols, n_cols);
+        fr_trajectory *tr = fr_trajectory_new_row(n_cols, ispecs, cur, offs);
         if (!tr) goto out;
-        for (int32_t c = 0; c < n_cols; c++) {
-            tr->columns[c].spec = ispecs[c];
-            tr->columns[c].squeeze = 1;
-            fr_trajectory_push_row(tr, c, chunks[c][r / lens[c]],
-                                   (int32_t)(r % lens[c]));
-        }
         trajs[r] = (uint64_t)(uintptr_t)tr;
     }
     rc = fr_table_insert_many(t, n_rows, keys, priorities, trajs, timeout_ns,
                               n_done, bad_index);
 out:
     /* Items not inserted (failure, timeout) still own their trajectory. */
-    if (trajs)
-        for (int64_t r = *n_done; r < n_rows; r++)
-            fr_trajectory_payload_release(NULL, trajs[r]);
-    if (chunks)
+    if (trajs && built > *n_done)
+        fr_trajectory_payload_release_many(NULL, trajs + *n_done, built - *n_done);
+    if (cur)
         for (int32_t c = 0; c < n_cols; c++) {
-            if (!chunks[c]) continue;
-            n_chunks = (n_rows + lens[c] - 1) / lens[c];
-            for (int64_t k = 0; k < n_chunks; k++)
-                if (chunks[c][k]) fr_chunk_release(chunks[c][k]);
-            free(chunks[c]);
+            if (!cur[c]) continue;
+            /* The references taken for rows left without a trajectory. */
+            int64_t unbuilt = first[c] + cur[c]->n_rows - built;
+            if (unbuilt > 0) fr_chunk_release_n(cur[c], unbuilt);
+            fr_chunk_release(cur[c]);
         }
-    free(chunks);
+    free(cur);
+    free(first);
     free(lens);
+    free(offs);
     free(ispecs);
     free(trajs);
     return rc;

@@ -8,8 +8,15 @@
  * column with the same options would give, so reading one row decodes at
  * most that many rows whatever the batch size, and the gather scratch
  * (trajectory.h, sized from compressed chunks) stays bounded.  A raw column
- * is one chunk per batch: its rows are read in place (nothing is decoded),
- * and one chunk per row would cost more memory than the rows themselves.
+ * is cut into chunks of FR_ROWS_RAW_CHUNK_BYTES (at least one row): its rows
+ * are read in place (nothing is decoded), one chunk per row would cost more
+ * memory than the rows themselves, and one chunk per batch would keep a
+ * whole large batch (65,536 images: 462 MB) alive until its last row is
+ * evicted.
+ *
+ * Costs per row (what add_batch of small rows runs at): one trajectory
+ * allocation, no reference-count operation (a chunk takes those of all its
+ * rows at once, traj_bulk.h), and the table's bulk insert (table.h).
  *
  * Thread-safe as far as the table is (the chunks are private until the items
  * are inserted).
@@ -20,6 +27,9 @@
 #include "column.h"
 #include "table.h"
 #include "trajectory.h"
+
+/* The most bytes of a chunk of raw rows. */
+#define FR_ROWS_RAW_CHUNK_BYTES (1 << 20)
 
 /* Rows of one chunk of a column of `spec` inserted with options `opt`. */
 int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,

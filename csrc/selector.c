@@ -49,6 +49,7 @@ void fr_selector_free(fr_selector *s) {
     free(s->next);
     free(s->hkey);
     free(s->hstamp);
+    free(s->batch);
     if (s->kind == FR_SEL_PRIORITIZED) fr_sumtree_free(&s->tree);
     memset(s, 0, sizeof *s);
 }
@@ -180,13 +181,55 @@ static void list_push_front(fr_selector *s, int32_t slot) {
     s->head = slot;
 }
 
+/* ---- sampling weights (Prioritized) ---- */
+
+/* fr_priority_weight, remembering the last one: inserts mostly repeat one
+ * priority (a buffer's default), and pow costs more than the rest of an
+ * insert.  (Starts at 0 -> 0, which is right.) */
+static double weight_of(fr_selector *s, double priority) {
+    if (priority != s->memo_priority) {
+        s->memo_weight = fr_priority_weight(priority, s->exponent);
+        s->memo_priority = priority;
+    }
+    return s->memo_weight;
+}
+
+/* Set slot's weight now, or only its leaf while batching. */
+static void set_weight(fr_selector *s, int32_t slot, double w) {
+    if (s->batching && s->batch_len < s->batch_cap) {
+        fr_sumtree_set_leaf(&s->tree, (size_t)slot, w);
+        s->batch[s->batch_len++] = (size_t)slot;
+    } else {
+        fr_sumtree_set(&s->tree, (size_t)slot, w);
+    }
+}
+
+int fr_selector_batch_begin(fr_selector *s, size_t n) {
+    if (s->kind != FR_SEL_PRIORITIZED) return FR_OK;
+    if (n > s->batch_cap) {
+        size_t *b = realloc(s->batch, n * sizeof *b);
+        if (!b) return FR_ENOMEM;
+        s->batch = b;
+        s->batch_cap = n;
+    }
+    s->batch_len = 0;
+    s->batching = 1;
+    return FR_OK;
+}
+
+void fr_selector_batch_end(fr_selector *s) {
+    if (!s->batching) return;
+    fr_sumtree_fix_up(&s->tree, s->batch, s->batch_len);
+    s->batch_len = 0;
+    s->batching = 0;
+}
+
 /* ---- public operations ---- */
 
 void fr_selector_insert(fr_selector *s, int32_t slot, double priority) {
     switch (s->kind) {
     case FR_SEL_PRIORITIZED:
-        fr_sumtree_set(&s->tree, (size_t)slot,
-                       fr_priority_weight(priority, s->exponent));
+        set_weight(s, slot, weight_of(s, priority));
         dense_push(s, slot);
         return;
     case FR_SEL_UNIFORM:
@@ -209,8 +252,7 @@ void fr_selector_insert(fr_selector *s, int32_t slot, double priority) {
 
 void fr_selector_update(fr_selector *s, int32_t slot, double priority) {
     if (s->kind == FR_SEL_PRIORITIZED) {
-        fr_sumtree_set(&s->tree, (size_t)slot,
-                       fr_priority_weight(priority, s->exponent));
+        set_weight(s, slot, weight_of(s, priority));
     } else if (is_heap(s->kind)) {
         heap_set_key(s, slot, priority);
         heap_up(s, s->pos[slot]);
@@ -221,7 +263,7 @@ void fr_selector_update(fr_selector *s, int32_t slot, double priority) {
 void fr_selector_remove(fr_selector *s, int32_t slot) {
     switch (s->kind) {
     case FR_SEL_PRIORITIZED:
-        fr_sumtree_set(&s->tree, (size_t)slot, 0.0);
+        set_weight(s, slot, 0.0);
         dense_remove(s, slot);
         return;
     case FR_SEL_UNIFORM:

@@ -41,6 +41,12 @@ typedef struct fr_selector {
     double *hkey;         /* heaps: sign * priority per slot */
     uint64_t *hstamp;     /* heaps: insert/update counter per slot */
     uint64_t stamp;
+    /* Prioritized between fr_selector_batch_begin and _end: leaves whose
+     * weight changed, their ancestors not yet recomputed. */
+    size_t *batch;
+    size_t batch_len, batch_cap;
+    int batching;
+    double memo_priority, memo_weight; /* the last weight computed (pow) */
 } fr_selector;
 
 /* Set up an empty selector of `kind` for `capacity` slots.
@@ -86,6 +92,17 @@ int32_t fr_selector_sample(fr_selector *s, fr_rng *rng, double *probability);
  * for all of them at once.  `scratch` must hold n doubles. */
 void fr_selector_sample_many(fr_selector *s, fr_rng *rng, size_t n,
                              int64_t *out, double *prob, double *scratch);
+
+/* Batched weight changes: after fr_selector_batch_begin(s, n), inserts,
+ * updates and removes of a Prioritized selector set leaf weights only, and
+ * fr_selector_batch_end recomputes their ancestors once per level
+ * (fr_sumtree_fix_up), leaving the tree exactly as the single calls would
+ * have.  No sample, clear or reserve in between.  Room is reserved for n
+ * changes; changes past n are applied at once, as without batching (still
+ * exact).  FR_OK, or FR_ENOMEM (then nothing is batched).  No-ops for the
+ * other kinds. */
+int fr_selector_batch_begin(fr_selector *s, size_t n);
+void fr_selector_batch_end(fr_selector *s);
 
 /* Remove every slot.  O(capacity) for Prioritized, O(1) otherwise. */
 void fr_selector_clear(fr_selector *s);

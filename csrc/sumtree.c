@@ -118,6 +118,25 @@ void fr_sumtree_set(fr_sumtree *t, size_t i, double w) {
     }
 }
 
+void fr_sumtree_fix_up(fr_sumtree *t, size_t *idx, size_t n) {
+    for (int l = 1; l < t->depth && n > 0; l++) {
+        double *up = t->levels[l];
+        const double *down = t->levels[l - 1];
+        /* Each parent once: the first child to reach it marks it with -1
+         * (sums are >= 0) and keeps it; a run of siblings is caught without
+         * reading the mark. */
+        size_t m = 0, last = (size_t)-1;
+        for (size_t k = 0; k < n; k++) {
+            size_t p = idx[k] / FAN;
+            if (p == last || up[p] == -1.0) continue;
+            up[p] = -1.0;
+            idx[m++] = last = p;
+        }
+        for (size_t k = 0; k < m; k++) up[idx[k]] = group_sum(down + idx[k] * FAN);
+        n = m;
+    }
+}
+
 /* Pick the child of group c that contains offset *x and subtract the weight
  * to its left.  Branch-free: the child is the number of running sums that
  * stay <= *x.  A zero-weight child repeats the previous running sum, so it is

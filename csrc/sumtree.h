@@ -42,6 +42,21 @@ void fr_sumtree_clear(fr_sumtree *t);
  * recompute its ancestors.  O(8 log8 capacity). */
 void fr_sumtree_set(fr_sumtree *t, size_t i, double w);
 
+/* Set leaf i (< capacity) to w without touching its ancestors: the tree is
+ * inconsistent until fr_sumtree_fix_up recomputes them (no find or total in
+ * between). */
+FR_INLINE void fr_sumtree_set_leaf(fr_sumtree *t, size_t i, double w) {
+    t->levels[0][i] = w;
+}
+
+/* Recompute the ancestors of leaves idx[0..n) (set with fr_sumtree_set_leaf)
+ * bottom-up, each touched node once per level: the tree then equals n
+ * fr_sumtree_set calls exactly (every node is recomputed from its children
+ * in the same order).  idx is overwritten (it holds the parents of each
+ * level in turn).  O(n) per level, whatever the order of idx; runs of
+ * neighbouring leaves share their ancestors' work. */
+void fr_sumtree_fix_up(fr_sumtree *t, size_t *idx, size_t n);
+
 /* Hint the cache lines that fr_sumtree_set(t, i, .) reads first. */
 FR_INLINE void fr_sumtree_prefetch(const fr_sumtree *t, size_t i) {
     for (int l = 0; l < t->depth && l < 2; l++, i /= FR_SUMTREE_FANOUT)

@@ -114,6 +114,10 @@ int fr_table_create(int sampler_kind, double sampler_exponent,
 }
 
 void fr_table_release_payload(fr_table *t, uint64_t payload) {
+    if (t->num_deferred < t->deferred_cap) {
+        t->deferred[t->num_deferred++] = payload;
+        return;
+    }
     if (t->ops.release) t->ops.release(t->ops.ctx, payload);
 }
 
@@ -231,6 +235,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
     int64_t deadline = fr_deadline_from(timeout_ns), next_check = 0;
     int rc = FR_OK;
     int64_t i = 0;
+    fr_table_released released = {NULL, 0};
     *n_done = 0;
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
@@ -240,7 +245,11 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
             goto out;
         }
     }
-    for (; i < n; i++) {
+    /* The whole batch admitted at once: the bulk path (table_bulk.c). */
+    if (n > 1 && !t->closed && fr_rate_limiter_can_insert(&t->limiter, n))
+        rc = fr_table_insert_bulk_locked(t, n, keys, priorities, payloads, &i,
+                                         &released);
+    for (; i < n && rc == FR_OK; i++) {
         if ((rc = await_insert(t, deadline, &next_check)) != FR_OK) break;
         if ((rc = fr_table_insert_locked(t, keys[i], priorities[i], payloads[i])))
             break;
@@ -249,6 +258,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
 out:
     *n_done = i;
     pthread_mutex_unlock(&t->mu);
+    fr_table_release_all(t, &released);
     return rc;
 }
 

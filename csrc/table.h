@@ -37,6 +37,9 @@ typedef struct fr_payload_ops {
      * Start with *pos = 0; the same payload always yields the same runs. */
     int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
                         uint64_t *out, int32_t cap);
+    /* Optional: release n payloads at once (as n release calls would).
+     * Bulk inserts hand it the items they evicted, without the table lock. */
+    void (*release_many)(void *ctx, const uint64_t *payloads, int64_t n);
 } fr_payload_ops;
 
 typedef struct fr_item {

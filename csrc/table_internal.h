@@ -40,7 +40,17 @@ struct fr_table {
     int64_t queue_stalled_since; /* when held-back inserts began waiting, or 0 */
     size_t queue_head, queue_len, queue_cap;
     int closed;
+    /* While set (a bulk insert), payloads the table lets go of are kept
+     * here, up to deferred_cap, to be released after the lock is dropped. */
+    uint64_t *deferred;
+    int64_t num_deferred, deferred_cap;
 };
+
+/* Payloads a bulk insert let go of, released after the table lock. */
+typedef struct fr_table_released {
+    uint64_t *payloads;
+    int64_t n;
+} fr_table_released;
 
 FR_INLINE int64_t fr_now_ns(void) {
     struct timespec ts;
@@ -82,6 +92,17 @@ int fr_table_episodes_add(fr_table *t, uint64_t payload);
 /* Uncount them when it leaves; an episode no item references any more counts
  * as deleted. */
 void fr_table_episodes_remove(fr_table *t, uint64_t payload);
+/* Insert n items as fr_table_insert_locked would one by one (the rate
+ * limiter admitted them all), with one sum-tree pass and prefetching
+ * (table_bulk.c).  Stops at the first failure (*n_done: how many were
+ * inserted).  Payloads it let go of are left in *released, for
+ * fr_table_release_all once the lock is dropped. */
+int fr_table_insert_bulk_locked(fr_table *t, int64_t n, const uint64_t *keys,
+                                const double *priorities, const uint64_t *payloads,
+                                int64_t *n_done, fr_table_released *released);
+/* Release them (ops.release_many when set) and free the list; no lock
+ * needed. */
+void fr_table_release_all(fr_table *t, fr_table_released *released);
 /* Insert queued async items while the rate limiter admits them. */
 void fr_table_drain_queue(fr_table *t);
 /* Discard every queued async insert (closing or freeing the table). */

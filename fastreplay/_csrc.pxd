@@ -150,6 +150,8 @@ cdef extern from "table.h" nogil:
         void *ctx
         int32_t (*episodes)(void *ctx, uint64_t payload, int32_t *pos,
                             uint64_t *out, int32_t cap) noexcept nogil
+        void (*release_many)(void *ctx, const uint64_t *payloads,
+                             int64_t n) noexcept nogil
 
     ctypedef struct fr_item:
         uint64_t key
@@ -271,6 +273,11 @@ cdef extern from "trajectory.h" nogil:
     void fr_trajectory_payload_release(void *ctx, uint64_t payload) noexcept nogil
     int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos,
                                            uint64_t *out, int32_t cap) noexcept nogil
+
+
+cdef extern from "traj_bulk.h" nogil:
+    void fr_trajectory_payload_release_many(void *ctx, const uint64_t *payloads,
+                                            int64_t n) noexcept nogil
 
 
 cdef extern from "column.h" nogil:

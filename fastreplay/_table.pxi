@@ -15,6 +15,7 @@ _TRAJECTORY_OPS.retain = fr_trajectory_payload_retain
 _TRAJECTORY_OPS.release = fr_trajectory_payload_release
 _TRAJECTORY_OPS.ctx = NULL
 _TRAJECTORY_OPS.episodes = fr_trajectory_payload_episodes
+_TRAJECTORY_OPS.release_many = fr_trajectory_payload_release_many
 
 
 cdef object _dtype_of(const fr_spec *spec):
