@@ -57,7 +57,7 @@ static int grow(fr_keymap *m) {
 }
 
 int fr_keymap_put(fr_keymap *m, uint64_t key, int32_t val) {
-    if (2 * (m->size + 1) > m->mask + 1) {
+    if (8 * (m->size + 1) > 3 * (m->mask + 1)) { /* load above 3/8 */
         int rc = grow(m);
         if (rc != FR_OK) return rc;
     }

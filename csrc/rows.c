@@ -47,6 +47,8 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     if (n_rows <= 0 || n_rows > INT32_MAX) return n_rows == 0 ? FR_OK : FR_EINVAL;
     int rc = FR_ENOMEM;
     int64_t built = 0; /* trajectories made */
+    fr_traj_slab *slab = NULL; /* the trajectories of the last rows */
+    int32_t slab_filled = 0;
     /* Per column: the chunk being filled, its first row, its length. */
     fr_chunk **cur = calloc((size_t)n_cols, sizeof *cur);
     int64_t *first = calloc((size_t)n_cols, sizeof *first);
@@ -81,13 +83,20 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
             offs[c] = (int32_t)(r - first[c]);
         }
         rc = FR_ENOMEM;
-        fr_trajectory *tr = fr_trajectory_new_row(n_cols, ispecs, cur, offs);
-        if (!tr) goto out;
-        trajs[r] = (uint64_t)(uintptr_t)tr;
+        if (r % FR_SLAB_ROWS == 0) {
+            int64_t left = n_rows - r;
+            slab = fr_slab_new(n_cols, left < FR_SLAB_ROWS ? (int32_t)left : FR_SLAB_ROWS);
+            if (!slab) goto out;
+            slab_filled = 0;
+        }
+        trajs[r] = (uint64_t)(uintptr_t)fr_slab_row(slab, slab_filled++, ispecs, cur,
+                                                     offs);
     }
     rc = fr_table_insert_many(t, n_rows, keys, priorities, trajs, timeout_ns,
                               n_done, bad_index);
 out:
+    if (slab) /* after a failure part-way through it */
+        fr_slab_abandon(slab, slab_filled);
     /* Items not inserted (failure, timeout) still own their trajectory. */
     if (trajs && built > *n_done)
         fr_trajectory_payload_release_many(NULL, trajs + *n_done, built - *n_done);

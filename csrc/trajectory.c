@@ -1,5 +1,7 @@
 #include "trajectory.h"
 
+#include "traj_bulk.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +127,7 @@ void fr_trajectory_release(fr_trajectory *t) {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     for (int32_t i = 0; i < t->n_slices; i++) fr_chunk_release(t->slices[i].chunk);
-    free(t);
+    fr_trajectory_free_memory(t);
 }
 
 int fr_trajectory_ready(const fr_trajectory *t) {

@@ -66,6 +66,9 @@ typedef struct fr_trajectory {
      * registry (0: none, data is a flat list of columns).  Set once before
      * the trajectory is shared. */
     int32_t structure_id;
+    /* 0, or 1 + its row in a slab of one-row trajectories (traj_bulk.h),
+     * whose memory it shares: freed with the slab's last one. */
+    int32_t slab_row;
     /* fr_trajectory_scratch_bytes once every chunk is ready (-1 before):
      * sampling reads it instead of every slice's chunk, a random DRAM read
      * each (~9% of sample_batch of image items under perf). */

@@ -35,6 +35,11 @@ def insert_rows(
 ) -> int: ...
 
 @disjoint_base
+class RowKeys:
+    def __new__(cls, first_key: int = 0, first_chunk_key: int = 0) -> RowKeys: ...
+    def reserve(self, n: int, chunk_keys: int) -> tuple[int, int]: ...
+
+@disjoint_base
 class RowPlan:
     @property
     def n(self) -> int: ...
@@ -45,13 +50,23 @@ def insert_row(
     table: TableCore,
     store: ChunkStore,
     plan: RowPlan,
+    keys: RowKeys,
     names: list[str],
     values: list[Any],
-    key: int,
     priority: float,
-    chunk_key: int,
     timeout: float | None = None,
 ) -> bool: ...
+def insert_batch(
+    table: TableCore,
+    store: ChunkStore,
+    plan: RowPlan,
+    keys: RowKeys,
+    names: list[str],
+    values: list[Any],
+    priorities: npt.ArrayLike | None = None,
+    default_priority: float = 1.0,
+    timeout: float | None = None,
+) -> int: ...
 
 COMPRESSION_AUTO: int
 COMPRESSION_NONE: int

@@ -68,20 +68,48 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
     return done
 
 
+cdef class RowKeys:
+    """A buffer's item keys (counting up from ``first_key``) and chunk keys
+    (from ``first_chunk_key``, wrapping at 2**64), handed out in blocks.
+    Taking a block holds the GIL throughout, so threads need no lock."""
+
+    cdef uint64_t key, chunk_key
+
+    def __cinit__(self, uint64_t first_key=0, uint64_t first_chunk_key=0):
+        self.key = first_key
+        self.chunk_key = first_chunk_key
+
+    cdef inline void take(self, uint64_t n, uint64_t chunks, uint64_t *key,
+                          uint64_t *chunk_key) noexcept:
+        key[0] = self.key
+        chunk_key[0] = self.chunk_key
+        self.key += n
+        self.chunk_key += chunks
+
+    def reserve(self, uint64_t n, uint64_t chunk_keys) -> tuple:
+        """``(key, chunk_key)``: the first of ``n`` item keys and of
+        ``chunk_keys`` chunk keys, which no other call gets."""
+        cdef uint64_t key, chunk_key
+        self.take(n, chunk_keys, &key, &chunk_key)
+        return key, chunk_key
+
+
 cdef class RowPlan:
     """The row specs of a buffer's fields, fixed by its first insert, with
     their compression choices (COMPRESSION_*, None: AUTO) and the chunker
-    options of one-step items: ``insert_row`` checks each later row against
-    them."""
+    options of one-step items: ``insert_row`` and ``insert_batch`` check
+    each later row or batch against them."""
 
     cdef fr_spec *specs
     cdef int32_t *modes
     cdef fr_chunker_options opt
     cdef readonly Py_ssize_t n
+    cdef list cols  # [0, n): the column of each value
 
     def __cinit__(self, list names, list rows, compression=None):
         cdef Py_ssize_t i
-        cdef _Step step = _Step(names, list(range(len(rows))), rows, 0)
+        self.cols = list(range(len(rows)))
+        cdef _Step step = _Step(names, self.cols, rows, 0)
         self.n = len(rows)
         self.specs = <fr_spec *>malloc(max(self.n, 1) * sizeof(fr_spec))
         self.modes = <int32_t *>malloc(max(self.n, 1) * sizeof(int32_t))
@@ -101,28 +129,38 @@ cdef class RowPlan:
         free(self.specs)
         free(self.modes)
 
-
-def insert_row(TableCore table not None, ChunkStore store not None,
-               RowPlan plan not None, list names, list values, uint64_t key,
-               double priority, uint64_t chunk_key, timeout=None) -> bool:
-    """``insert_rows`` of one row, given as it is (no leading axis; Python
-    floats, ints and bools as numpy stores them, nothing else converted):
-    one item ``key`` in one call, for ``ReplayBuffer.add``.  Returns False,
-    inserting nothing, when the values are not ``plan``'s rows (count,
-    dtype or shape; the caller's general path then reports it)."""
-    cdef Py_ssize_t n = len(values), i
-    if n != plan.n or len(names) != n:
-        return False
-    cdef _Step step = _Step(names, list(range(n)), values, 0)
-    cdef int64_t tns = _timeout_ns(timeout)
-    cdef int64_t done = 0, bad = -1
-    cdef int rc
-    try:
+    cdef bint matches(self, _Step step, list names):
+        """Whether ``step`` holds this plan's rows (no strings)."""
+        cdef Py_ssize_t i
         if step.text_path(names) is not None:
             return False
-        for i in range(n):
-            if not fr_spec_equal(&step.a.specs[i], &plan.specs[i]):
+        for i in range(self.n):
+            if not fr_spec_equal(&step.a.specs[i], &self.specs[i]):
                 return False
+        return True
+
+
+def insert_row(TableCore table not None, ChunkStore store not None,
+               RowPlan plan not None, RowKeys keys not None, list names,
+               list values, double priority, timeout=None) -> bool:
+    """``insert_rows`` of one row, given as it is (no leading axis; Python
+    floats, ints and bools as numpy stores them, nothing else converted):
+    one item in one call, for ``ReplayBuffer.add``, its key and chunk keys
+    taken from ``keys``.  Returns False, inserting nothing and taking no
+    key, when the values are not ``plan``'s rows (count, dtype or shape;
+    the caller's general path then reports it)."""
+    cdef Py_ssize_t n = len(values)
+    if n != plan.n or len(names) != n:
+        return False
+    cdef _Step step = _Step(names, plan.cols, values, 0)
+    cdef int64_t tns = _timeout_ns(timeout)
+    cdef int64_t done = 0, bad = -1
+    cdef uint64_t key, chunk_key
+    cdef int rc
+    try:
+        if not plan.matches(step, names):
+            return False
+        keys.take(1, n, &key, &chunk_key)
         with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_insert_rows(table._t, store._s, <int32_t>n, step.a.specs,
                                 step.a.rows, 1, &key, &priority, &plan.opt, plan.modes,
@@ -134,3 +172,71 @@ def insert_row(TableCore table not None, ChunkStore store not None,
             _raise_for_status(rc, table._ctx(key, priority))
         _raise_for_status(rc, table._ctx() + ", 0 of 1 inserted")
     return True
+
+
+def insert_batch(TableCore table not None, ChunkStore store not None,
+                 RowPlan plan not None, RowKeys keys not None, list names,
+                 list values, priorities=None, double default_priority=1.0,
+                 timeout=None) -> int:
+    """``insert_rows`` of a batch of ``plan``'s rows (each value with a
+    leading axis of the same length N > 0; numpy arrays are read in place)
+    as items with consecutive keys taken from ``keys`` and ``priorities``
+    (None: ``default_priority`` each), for ``ReplayBuffer.add_batch``.
+    Returns how many were inserted, or -1, inserting nothing and taking no
+    key, when the values are not such a batch (the caller's general path
+    then reports it).  Raises as insert_rows."""
+    cdef Py_ssize_t n_cols = len(values), n, r
+    if n_cols != plan.n or len(names) != n_cols or n_cols == 0:
+        return -1
+    try:
+        n = len(values[0])
+    except TypeError:
+        return -1
+    if n <= 0:
+        return -1
+    cdef const double[::1] pv
+    cdef const double *given = NULL
+    if priorities is not None:
+        pv = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
+        if pv.shape[0] != n:
+            return -1
+        given = &pv[0]
+    cdef _Step step
+    try:
+        step = _Step(names, plan.cols, values, n)
+    except (ValueError, TypeError, BufferError, OverflowError):
+        return -1
+    cdef int64_t tns = _timeout_ns(timeout)
+    cdef int64_t done = 0, bad = -1
+    cdef uint64_t key, chunk_key
+    cdef uint64_t *kp = NULL
+    cdef double *pp = NULL
+    cdef int rc = FR_ENOMEM
+    try:
+        if not plan.matches(step, names):
+            return -1
+        kp = <uint64_t *>malloc(n * sizeof(uint64_t))
+        if given == NULL:
+            pp = <double *>malloc(n * sizeof(double))
+        if kp == NULL or (given == NULL and pp == NULL):
+            raise MemoryError()
+        keys.take(n, n * n_cols, &key, &chunk_key)
+        with nogil:  # may wait for the rate limiter: not a hand-off section
+            for r in range(n):
+                kp[r] = key + r
+            if given == NULL:
+                for r in range(n):
+                    pp[r] = default_priority
+                given = pp
+            rc = fr_insert_rows(table._t, store._s, <int32_t>n_cols, step.a.specs,
+                                step.a.rows, n, kp, given, &plan.opt, plan.modes,
+                                chunk_key, tns, &done, &bad)
+        if rc != FR_OK:
+            if bad >= 0:
+                _raise_for_status(rc, table._ctx(kp[bad], given[bad]))
+            _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
+    finally:
+        step.release()
+        free(kp)
+        free(pp)
+    return done

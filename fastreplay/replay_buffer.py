@@ -71,10 +71,10 @@ class ReplayBuffer:
         self._fields: list[str] | None = None
         self._specs: list[tuple[Any, ...]] | None = None
         self._lock = threading.Lock()
-        self._next_key = 0
-        self._chunk_keys = secrets.randbits(63)
+        self._keys = _core.RowKeys(0, secrets.randbits(63))  # item, chunk keys
         self._max_priority = 1.0
-        # add's compiled path (_core.insert_row), set by the first insert
+        # the compiled paths (_core.insert_row, insert_batch), set by the
+        # first insert
         self._plan: Any = None
         self._paths: list[str] = []
         self._field_set: set[str] = set()
@@ -108,12 +108,8 @@ class ReplayBuffer:
             values = [transition[k] for k in names]
             prio = (float(priority) if priority is not None else
                     self._max_priority if self._prioritized else 1.0)
-            with self._lock:
-                key, chunk_key = self._next_key, self._chunk_keys
-                self._next_key += 1
-                self._chunk_keys = (self._chunk_keys + len(names)) % 2**64
-            if _core.insert_row(self._table._core, self._store, plan, self._paths,
-                                values, key, prio, chunk_key):
+            if _core.insert_row(self._table._core, self._store, plan, self._keys,
+                                self._paths, values, prio):
                 if priority is not None:
                     self._max_priority = max(self._max_priority, prio)
                 return
@@ -123,6 +119,21 @@ class ReplayBuffer:
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
         """Add N transitions at once: every field has a leading axis N."""
+        plan, names = self._plan, self._fields
+        if (plan is not None and names is not None
+                and transitions.keys() == self._field_set):
+            # The compiled path: fields as given, checked against the first
+            # insert's specs in C (anything else takes the general path).
+            prios = (None if priorities is None else
+                     np.asarray(priorities, dtype=np.float64).reshape(-1))
+            done = _core.insert_batch(
+                self._table._core, self._store, plan, self._keys, self._paths,
+                [transitions[k] for k in names], prios,
+                self._max_priority if self._prioritized else 1.0, timeout)
+            if done >= 0:
+                if prios is not None and len(prios):
+                    self._max_priority = max(self._max_priority, float(prios.max()))
+                return
         names = sorted(transitions)
         if not names:
             raise ValueError("add needs at least one field")
@@ -146,10 +157,8 @@ class ReplayBuffer:
         else:
             prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
         with self._lock:  # keys and chunk keys stay unique across threads
-            keys = np.arange(self._next_key, self._next_key + n, dtype=np.uint64)
-            self._next_key += n
-            chunk_key = self._chunk_keys  # one per chunk at most
-            self._chunk_keys = (self._chunk_keys + len(names) * n) % 2**64
+            key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
+            keys = np.arange(key, key + n, dtype=np.uint64)
             first = self._fields is None
             if first:  # set before rows can be sampled; undone if none land
                 self._fields, self._specs = names, specs
