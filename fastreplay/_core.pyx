@@ -245,6 +245,28 @@ cdef class SumTree:
     def get(self, Py_ssize_t i) -> float:
         return fr_sumtree_get(&self._tree, self._index(i))
 
+    def set_many(self, indices, weights) -> None:
+        """Set leaves ``indices[k]`` to ``weights[k]`` in order (a repeated
+        leaf keeps its last weight), then recompute the touched ancestors
+        once per level: the tree ends exactly as after ``set`` of each."""
+        cdef const int64_t[::1] iv = np.ascontiguousarray(indices, dtype=np.int64)
+        cdef const double[::1] wv = np.ascontiguousarray(weights, dtype=np.float64)
+        cdef Py_ssize_t k, n = iv.shape[0]
+        if wv.shape[0] != n:
+            raise ValueError(f"indices and weights differ in length ({n} != {wv.shape[0]})")
+        for k in range(n):
+            self._index(iv[k])
+            if not (wv[k] >= 0 and wv[k] < float("inf")):
+                raise ValueError(f"weight must be finite and >= 0, got {wv[k]}")
+        cdef size_t *scratch = <size_t *>malloc(max(n, 1) * sizeof(size_t))
+        if scratch == NULL:
+            raise MemoryError()
+        for k in range(n):
+            fr_sumtree_set_leaf(&self._tree, <size_t>iv[k], wv[k])
+            scratch[k] = <size_t>iv[k]
+        fr_sumtree_fix_up(&self._tree, scratch, n)
+        free(scratch)
+
     def find(self, double u) -> int:
         """Leaf whose cumulative interval holds ``u * total``, u in [0, 1)."""
         if not (0.0 <= u < 1.0):

@@ -114,6 +114,8 @@ cdef extern from "sumtree.h" nogil:
     int fr_sumtree_reserve(fr_sumtree *t, size_t capacity)
     void fr_sumtree_clear(fr_sumtree *t)
     void fr_sumtree_set(fr_sumtree *t, size_t i, double w)
+    void fr_sumtree_set_leaf(fr_sumtree *t, size_t i, double w)
+    void fr_sumtree_fix_up(fr_sumtree *t, size_t *idx, size_t n)
     double fr_sumtree_get(const fr_sumtree *t, size_t i)
     double fr_sumtree_total(const fr_sumtree *t)
     size_t fr_sumtree_find(const fr_sumtree *t, double u)
