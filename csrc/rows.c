@@ -38,6 +38,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     *n_done = 0;
     *bad_index = -1;
     for (int64_t r = 0; r < n_rows; r++) {
+        if (r > 0 && priorities[r] == priorities[r - 1]) continue; /* checked */
         int rc = fr_table_check_priority(t, priorities[r]);
         if (rc != FR_OK) {
             *bad_index = r;
@@ -69,7 +70,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
      * (fr_chunk_retain_n), not one per row. */
     for (int64_t r = 0; r < n_rows; r++, built++) {
         for (int32_t c = 0; c < n_cols; c++) {
-            if (r % lens[c] == 0) {
+            if (!cur[c] || r - first[c] == cur[c]->n_rows) { /* no division */
                 if (cur[c]) fr_chunk_release(cur[c]); /* its rows hold it */
                 cur[c] = make_chunk(store, &specs[c],
                                     fr_compress_choice(&specs[c], compression

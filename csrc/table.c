@@ -240,6 +240,7 @@ int fr_table_insert_many(fr_table *t, int64_t n, const uint64_t *keys,
     *bad_index = -1;
     pthread_mutex_lock(&t->mu);
     for (int64_t k = 0; k < n; k++) {
+        if (k > 0 && priorities[k] == priorities[k - 1]) continue; /* checked */
         if ((rc = fr_table_check_priority(t, priorities[k])) != FR_OK) {
             *bad_index = k;
             goto out;

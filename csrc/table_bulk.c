@@ -36,9 +36,11 @@ static void cursor_start(fr_table *t, victim_cursor *c) {
  * cursor's (read FAR - NEAR victims ago) tells its key and payload. */
 static void cursor_step(fr_table *t, victim_cursor *c) {
     const fr_selector *r = &t->remover;
+    const fr_selector *sp = &t->sampler;
     if (c->far >= 0) {
         __builtin_prefetch(&t->items[c->far]);
         __builtin_prefetch(&r->next[c->far]);
+        if (sp->pos) __builtin_prefetch(&sp->pos[c->far]);
         c->far = r->next[c->far];
         c->lead++;
     }
@@ -46,7 +48,10 @@ static void cursor_step(fr_table *t, victim_cursor *c) {
         const fr_item *it = &t->items[c->near];
         fr_keymap_prefetch(&t->index, it->key);
         __builtin_prefetch((const void *)(uintptr_t)it->payload);
-        if (t->sampler.pos) __builtin_prefetch(&t->sampler.pos[c->near]);
+        /* Uniform and Prioritized samplers move their last slot into the
+         * victim's place in the dense array: a random line. */
+        if (sp->pos && sp->dense && sp->pos[c->near] >= 0)
+            __builtin_prefetch(&sp->dense[sp->pos[c->near]], 1);
         c->near = r->next[c->near];
     }
 }

@@ -44,8 +44,10 @@ fr_trajectory *fr_slab_row(fr_traj_slab *s, int32_t row, const fr_spec *const *s
     t->n_columns = t->n_slices = n_cols;
     t->structure_id = 0;
     t->slab_row = row + 1;
-    t->columns = (fr_traj_column *)(t + 1);
-    t->slices = (fr_slice *)(t->columns + n_cols);
+    /* Slices first: with the header they fill the first two cache lines,
+     * all that an eviction reads (episodes, release). */
+    t->slices = (fr_slice *)(t + 1);
+    t->columns = (fr_traj_column *)(t->slices + n_cols);
     for (int32_t c = 0; c < n_cols; c++) {
         t->columns[c] = (fr_traj_column){specs[c], c, 1, 1, 1};
         t->slices[c] = (fr_slice){chunks[c], offsets[c], 1};
@@ -86,7 +88,12 @@ static void flush(pending *p) {
     p->n = 0;
 }
 
-static void drop(pending *p, fr_chunk *c) {
+static void drop(pending *p, fr_chunk *c, int32_t hint) {
+    /* Consecutive one-row trajectories have slice s in the same chunk. */
+    if (hint < p->n && p->chunk[hint] == c) {
+        p->count[hint]++;
+        return;
+    }
     for (int i = 0; i < p->n; i++)
         if (p->chunk[i] == c) {
             p->count[i]++;
@@ -121,7 +128,7 @@ void fr_trajectory_payload_release_many(void *ctx, const uint64_t *payloads,
         fr_trajectory *t = (fr_trajectory *)(uintptr_t)payloads[k];
         if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
             continue;
-        for (int32_t s = 0; s < t->n_slices; s++) drop(&p, t->slices[s].chunk);
+        for (int32_t s = 0; s < t->n_slices; s++) drop(&p, t->slices[s].chunk, s);
         drop_memory(&p, t);
     }
     flush(&p);

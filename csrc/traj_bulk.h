@@ -35,7 +35,9 @@ void fr_chunk_release_n(fr_chunk *c, int64_t k);
 typedef struct fr_traj_slab fr_traj_slab;
 
 /* A slab for n_rows (1..FR_SLAB_ROWS) one-row trajectories of n_cols
- * columns, to be filled with fr_slab_row.  NULL when out of memory. */
+ * columns, to be filled with fr_slab_row.  Their chunks must all be of
+ * episode 0 (as rows.h makes them): the table's episode accounting takes
+ * that without reading them.  NULL when out of memory. */
 fr_traj_slab *fr_slab_new(int32_t n_cols, int32_t n_rows);
 
 /* Fill row `row` (each once, in any order) of the slab: a one-step item's

@@ -183,6 +183,12 @@ int32_t fr_trajectory_payload_episodes(void *ctx, uint64_t payload, int32_t *pos
     (void)ctx;
     const fr_trajectory *t = (const fr_trajectory *)(uintptr_t)payload;
     int32_t n = 0, s = *pos;
+    if (t && t->slab_row) { /* rows' items: one run, episode 0 (traj_bulk.h) */
+        *pos = t->n_slices;
+        if (s > 0 || cap < 1) return 0;
+        out[0] = 0;
+        return 1;
+    }
     for (; t && s < t->n_slices && n < cap; s++) {
         uint64_t e = t->slices[s].chunk->episode_id;
         if (s == 0 || t->slices[s - 1].chunk->episode_id != e) out[n++] = e;

@@ -67,7 +67,9 @@ typedef struct fr_trajectory {
      * the trajectory is shared. */
     int32_t structure_id;
     /* 0, or 1 + its row in a slab of one-row trajectories (traj_bulk.h),
-     * whose memory it shares: freed with the slab's last one. */
+     * whose memory it shares: freed with the slab's last one.  Their chunks
+     * are all of episode 0 (rows.h), so fr_trajectory_payload_episodes
+     * answers without reading them. */
     int32_t slab_row;
     /* fr_trajectory_scratch_bytes once every chunk is ready (-1 before):
      * sampling reads it instead of every slice's chunk, a random DRAM read
