@@ -129,15 +129,50 @@ cdef class RowPlan:
         free(self.specs)
         free(self.modes)
 
-    cdef bint matches(self, _Step step, list names):
-        """Whether ``step`` holds this plan's rows (no strings)."""
+    cdef bint matches(self, const _StepArrays *a) noexcept:
+        """Whether ``a`` holds this plan's rows (strings never do: the
+        plan's specs come from an insert of rows, which has none)."""
         cdef Py_ssize_t i
-        if step.text_path(names) is not None:
+        if a.n != self.n:
             return False
         for i in range(self.n):
-            if not fr_spec_equal(&step.a.specs[i], &self.specs[i]):
+            if not fr_spec_equal(&a.specs[i], &self.specs[i]):
                 return False
         return True
+
+
+cdef struct _RowsInline:
+    # Stack storage of the values of insert_row/insert_batch (at most
+    # _STEP_INLINE of them), with room for batched string offsets.
+    _StepInline s
+    int64_t *env_offs[_STEP_INLINE]
+
+
+cdef int _rows_fill(_RowsInline *inline, list names, list values,
+                   Py_ssize_t batched) except -1:
+    """Put at most _STEP_INLINE values into ``inline`` as C rows (the
+    caller releases ``&inline.s.a`` with _rows_release, also on error)."""
+    cdef Py_ssize_t i
+    for i in range(len(values)):
+        _step_put(&inline.s.a, <int32_t>i, values[i], names[i], batched)
+    return 0
+
+
+cdef inline void _rows_init(_RowsInline *inline) noexcept:
+    cdef Py_ssize_t i
+    _step_inline_init(&inline.s)
+    for i in range(_STEP_INLINE):
+        inline.env_offs[i] = NULL
+    inline.s.a.env_offs = inline.env_offs
+
+
+cdef void _rows_release(_RowsInline *inline, _StepArrays *a) noexcept:
+    _step_release(a)
+    cdef Py_ssize_t i
+    if a == &inline.s.a:
+        for i in range(_STEP_INLINE):
+            free(inline.env_offs[i])
+            inline.env_offs[i] = NULL
 
 
 def insert_row(TableCore table not None, ChunkStore store not None,
@@ -152,21 +187,31 @@ def insert_row(TableCore table not None, ChunkStore store not None,
     cdef Py_ssize_t n = len(values)
     if n != plan.n or len(names) != n:
         return False
-    cdef _Step step = _Step(names, plan.cols, values, 0)
+    cdef _RowsInline inline
+    cdef _Step heap = None
+    cdef _StepArrays *a = NULL
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
     cdef uint64_t key, chunk_key
     cdef int rc
     try:
-        if not plan.matches(step, names):
+        if n > _STEP_INLINE:
+            heap = _Step(names, plan.cols, values, 0)
+            a = &heap.a
+        else:
+            _rows_init(&inline)
+            a = &inline.s.a
+            _rows_fill(&inline, names, values, 0)
+        if not plan.matches(a):
             return False
         keys.take(1, n, &key, &chunk_key)
         with nogil:  # may wait for the rate limiter: not a hand-off section
-            rc = fr_insert_rows(table._t, store._s, <int32_t>n, step.a.specs,
-                                step.a.rows, 1, &key, &priority, &plan.opt, plan.modes,
-                                chunk_key, tns, &done, &bad)
+            rc = fr_insert_rows(table._t, store._s, <int32_t>n, a.specs, a.rows, 1,
+                                &key, &priority, &plan.opt, plan.modes, chunk_key, tns,
+                                &done, &bad)
     finally:
-        step.release()
+        if a != NULL:
+            _rows_release(&inline, a)
     if rc != FR_OK:
         if bad >= 0:
             _raise_for_status(rc, table._ctx(key, priority))
@@ -201,11 +246,9 @@ def insert_batch(TableCore table not None, ChunkStore store not None,
         if pv.shape[0] != n:
             return -1
         given = &pv[0]
-    cdef _Step step
-    try:
-        step = _Step(names, plan.cols, values, n)
-    except (ValueError, TypeError, BufferError, OverflowError):
-        return -1
+    cdef _RowsInline inline
+    cdef _Step heap = None
+    cdef _StepArrays *a = NULL
     cdef int64_t tns = _timeout_ns(timeout)
     cdef int64_t done = 0, bad = -1
     cdef uint64_t key, chunk_key
@@ -213,7 +256,17 @@ def insert_batch(TableCore table not None, ChunkStore store not None,
     cdef double *pp = NULL
     cdef int rc = FR_ENOMEM
     try:
-        if not plan.matches(step, names):
+        try:
+            if n_cols > _STEP_INLINE:
+                heap = _Step(names, plan.cols, values, n)
+                a = &heap.a
+            else:
+                _rows_init(&inline)
+                a = &inline.s.a
+                _rows_fill(&inline, names, values, n)
+        except (ValueError, TypeError, BufferError, OverflowError):
+            return -1
+        if not plan.matches(a):
             return -1
         kp = <uint64_t *>malloc(n * sizeof(uint64_t))
         if given == NULL:
@@ -228,15 +281,16 @@ def insert_batch(TableCore table not None, ChunkStore store not None,
                 for r in range(n):
                     pp[r] = default_priority
                 given = pp
-            rc = fr_insert_rows(table._t, store._s, <int32_t>n_cols, step.a.specs,
-                                step.a.rows, n, kp, given, &plan.opt, plan.modes,
-                                chunk_key, tns, &done, &bad)
+            rc = fr_insert_rows(table._t, store._s, <int32_t>n_cols, a.specs, a.rows, n,
+                                kp, given, &plan.opt, plan.modes, chunk_key, tns,
+                                &done, &bad)
         if rc != FR_OK:
             if bad >= 0:
                 _raise_for_status(rc, table._ctx(kp[bad], given[bad]))
             _raise_for_status(rc, table._ctx() + f", {done} of {n} inserted")
     finally:
-        step.release()
+        if a != NULL:
+            _rows_release(&inline, a)
         free(kp)
         free(pp)
     return done
