@@ -33,8 +33,8 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                    int64_t n_rows,
                    const uint64_t *keys, const double *priorities,
                    const fr_chunker_options *opt, const int32_t *compression,
-                   uint64_t chunk_key, int64_t timeout_ns, int64_t *n_done,
-                   int64_t *bad_index) {
+                   const fr_spec *const *interned, uint64_t chunk_key,
+                   int64_t timeout_ns, int64_t *n_done, int64_t *bad_index) {
     *n_done = 0;
     *bad_index = -1;
     for (int64_t r = 0; r < n_rows; r++) {
@@ -50,18 +50,27 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
     int64_t built = 0; /* trajectories made */
     fr_traj_slab *slab = NULL; /* the trajectories of the last rows */
     int32_t slab_filled = 0;
-    /* Per column: the chunk being filled, its first row, its length. */
-    fr_chunk **cur = calloc((size_t)n_cols, sizeof *cur);
-    int64_t *first = calloc((size_t)n_cols, sizeof *first);
-    int32_t *lens = calloc((size_t)n_cols, sizeof *lens);
-    int32_t *offs = calloc((size_t)n_cols, sizeof *offs);
-    const fr_spec **ispecs = calloc((size_t)n_cols, sizeof *ispecs);
-    uint64_t *trajs = calloc((size_t)n_rows, sizeof *trajs);
+    /* Per column: the chunk being filled, its first row, its length; and
+     * the trajectories.  On the stack for small calls (ReplayBuffer.add). */
+    enum { SMALL = 16 };
+    fr_chunk *cur_s[SMALL] = {0};
+    int64_t first_s[SMALL] = {0};
+    int32_t lens_s[SMALL], offs_s[SMALL];
+    const fr_spec *ispecs_s[SMALL];
+    uint64_t trajs_s[SMALL];
+    int small = n_cols <= SMALL, few = n_rows <= SMALL;
+    fr_chunk **cur = small ? cur_s : calloc((size_t)n_cols, sizeof *cur);
+    int64_t *first = small ? first_s : calloc((size_t)n_cols, sizeof *first);
+    int32_t *lens = small ? lens_s : calloc((size_t)n_cols, sizeof *lens);
+    int32_t *offs = small ? offs_s : calloc((size_t)n_cols, sizeof *offs);
+    const fr_spec **ispecs = small ? ispecs_s : calloc((size_t)n_cols, sizeof *ispecs);
+    uint64_t *trajs = few ? trajs_s : calloc((size_t)n_rows, sizeof *trajs);
     if (!cur || !first || !lens || !offs || !ispecs || !trajs) goto out;
     for (int32_t c = 0; c < n_cols; c++) {
         int32_t mode = compression ? compression[c] : FR_COMPRESSION_AUTO;
         lens[c] = fr_rows_chunk_length(&specs[c], opt, n_rows, mode);
-        if (!(ispecs[c] = fr_spec_intern(&specs[c]))) goto out;
+        ispecs[c] = interned ? interned[c] : fr_spec_intern(&specs[c]);
+        if (!ispecs[c]) goto out;
     }
     /* Row by row, each row's new chunks and then its trajectory, so that
      * what one sampled item reads lies together in memory as after `add`
@@ -109,11 +118,13 @@ out:
             if (unbuilt > 0) fr_chunk_release_n(cur[c], unbuilt);
             fr_chunk_release(cur[c]);
         }
-    free(cur);
-    free(first);
-    free(lens);
-    free(offs);
-    free(ispecs);
-    free(trajs);
+    if (!small) {
+        free(cur);
+        free(first);
+        free(lens);
+        free(offs);
+        free(ispecs);
+    }
+    if (!few) free(trajs);
     return rc;
 }

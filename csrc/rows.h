@@ -38,7 +38,8 @@ int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
 /* Insert n_rows items into t.  cols[c] points at n_rows C-contiguous rows of
  * specs[c]; columns are compressed by compression[c] (FR_COMPRESSION_*,
  * fr_compress_choice; NULL: AUTO for all) and chunked as described above,
- * chunk keys counting
+ * interned[c] is fr_spec_intern(&specs[c]) when the caller has it (NULL:
+ * interned here, under a process-wide lock), chunk keys counting
  * up from chunk_key.  Priorities are validated first (*bad_index names the
  * first invalid one; nothing is inserted).  Waits for the rate limiter up to
  * timeout_ns; *n_done receives how many were inserted.  FR_OK,
@@ -48,7 +49,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                    int64_t n_rows,
                    const uint64_t *keys, const double *priorities,
                    const fr_chunker_options *opt, const int32_t *compression,
-                   uint64_t chunk_key, int64_t timeout_ns, int64_t *n_done,
-                   int64_t *bad_index);
+                   const fr_spec *const *interned, uint64_t chunk_key,
+                   int64_t timeout_ns, int64_t *n_done, int64_t *bad_index);
 
 #endif /* FASTREPLAY_ROWS_H */

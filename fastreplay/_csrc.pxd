@@ -350,7 +350,8 @@ cdef extern from "rows.h" nogil:
                        const fr_spec *specs, const void *const *cols,
                        int64_t n_rows, const uint64_t *keys,
                        const double *priorities, const fr_chunker_options *opt,
-                       const int32_t *compression, uint64_t chunk_key,
+                       const int32_t *compression,
+                       const fr_spec *const *interned, uint64_t chunk_key,
                        int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
     int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
                                  int64_t n_rows, int32_t compression)

@@ -58,7 +58,8 @@ def insert_rows(TableCore table not None, ChunkStore store not None, list names,
         with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_insert_rows(table._t, store._s, step.a.n, step.a.specs,
                                 step.a.rows, n,
-                                &kv[0], &pv[0], &o, mp, chunk_key, tns, &done, &bad)
+                                &kv[0], &pv[0], &o, mp, NULL, chunk_key, tns, &done,
+                                &bad)
     finally:
         step.release()
     if rc != FR_OK:
@@ -101,6 +102,7 @@ cdef class RowPlan:
     each later row or batch against them."""
 
     cdef fr_spec *specs
+    cdef const fr_spec **interned  # fr_spec_intern of each spec
     cdef int32_t *modes
     cdef fr_chunker_options opt
     cdef readonly Py_ssize_t n
@@ -117,6 +119,13 @@ cdef class RowPlan:
             raise MemoryError()
         memcpy(self.specs, step.a.specs, self.n * sizeof(fr_spec))
         step.release()
+        self.interned = <const fr_spec **>malloc(max(self.n, 1) * sizeof(fr_spec *))
+        if self.interned == NULL:
+            raise MemoryError()
+        for i in range(self.n):
+            self.interned[i] = fr_spec_intern(&self.specs[i])
+            if self.interned[i] == NULL:
+                raise MemoryError()
         if compression is not None and (len(compression) != self.n or any(
                 m not in _COMPRESSION_MODES for m in compression)):
             raise ValueError(f"compression must give one of {_COMPRESSION_MODES} per "
@@ -127,6 +136,7 @@ cdef class RowPlan:
 
     def __dealloc__(self):
         free(self.specs)
+        free(<void *>self.interned)
         free(self.modes)
 
     cdef bint matches(self, const _StepArrays *a) noexcept:
@@ -207,8 +217,8 @@ def insert_row(TableCore table not None, ChunkStore store not None,
         keys.take(1, n, &key, &chunk_key)
         with nogil:  # may wait for the rate limiter: not a hand-off section
             rc = fr_insert_rows(table._t, store._s, <int32_t>n, a.specs, a.rows, 1,
-                                &key, &priority, &plan.opt, plan.modes, chunk_key, tns,
-                                &done, &bad)
+                                &key, &priority, &plan.opt, plan.modes, plan.interned,
+                                chunk_key, tns, &done, &bad)
     finally:
         if a != NULL:
             _rows_release(&inline, a)
@@ -282,8 +292,8 @@ def insert_batch(TableCore table not None, ChunkStore store not None,
                     pp[r] = default_priority
                 given = pp
             rc = fr_insert_rows(table._t, store._s, <int32_t>n_cols, a.specs, a.rows, n,
-                                kp, given, &plan.opt, plan.modes, chunk_key, tns,
-                                &done, &bad)
+                                kp, given, &plan.opt, plan.modes, plan.interned,
+                                chunk_key, tns, &done, &bad)
         if rc != FR_OK:
             if bad >= 0:
                 _raise_for_status(rc, table._ctx(kp[bad], given[bad]))

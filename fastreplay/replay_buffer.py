@@ -105,11 +105,11 @@ class ReplayBuffer:
                 and transition.keys() == self._field_set):
             # The compiled path: one row as given, checked against the
             # first insert's specs (anything else takes the general path).
-            values = [transition[k] for k in names]
             prio = (float(priority) if priority is not None else
                     self._max_priority if self._prioritized else 1.0)
             if _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                self._paths, values, prio):
+                                self._paths, list(map(transition.__getitem__, names)),
+                                prio):
                 if priority is not None:
                     self._max_priority = max(self._max_priority, prio)
                 return
