@@ -67,9 +67,46 @@ static fr_pending_item *q_at(fr_writer *w, int64_t i) {
     return &w->queue[(w->q_head + i) % w->q_cap];
 }
 
+/* The end of the run of references to column cols[k] from k on. */
+static int32_t run_end(const int32_t *cols, int32_t k, int32_t n) {
+    int32_t e = k + 1;
+    while (e < n && cols[e] == cols[k]) e++;
+    return e;
+}
+
 static void unpin(fr_writer *w, fr_pending_item *it) {
-    for (int32_t k = 0; k < it->n_refs; k++)
-        fr_column_pin(&w->cols[it->cols[k]], it->ids[k], -1);
+    for (int32_t k = 0, e; k < it->n_refs; k = e) {
+        e = run_end(it->cols, k, it->n_refs);
+        fr_column_unpin(&w->cols[it->cols[k]], it->ids + k, e - k);
+    }
+}
+
+/* Tuning feedback per writer column with that column's chunks (in
+ * reference order, 64 at most), column by column in order of first
+ * reference.  References come in runs of one column (a trajectory column
+ * is usually one writer column), so the scan goes run by run. */
+static void feedback(fr_writer *w, const fr_pending_item *it) {
+    fr_chunk *chunks[64];
+    const int32_t *cols = it->cols;
+    for (int32_t k = 0, e; k < it->n_refs; k = e) {
+        e = run_end(cols, k, it->n_refs);
+        int32_t col = cols[k], first = 1, n = 0;
+        for (int32_t j = 0, f; j < k && first; j = f) {  /* seen in a run before? */
+            f = run_end(cols, j, k);
+            first = cols[j] != col;
+        }
+        if (!first) continue;
+        fr_column *c = &w->cols[col];
+        for (int32_t j = k, f; j < it->n_refs && n < 64; j = f) {
+            f = run_end(cols, j, it->n_refs);
+            if (cols[j] != col) continue;
+            for (int32_t i = j; i < f && n < 64; i++) {
+                fr_cell *cell = fr_column_cell(c, it->ids[i]);
+                if (cell) chunks[n++] = cell->chunk;
+            }
+        }
+        fr_column_on_item(c, chunks, n);
+    }
 }
 
 static void q_pop(fr_writer *w) {
@@ -131,22 +168,10 @@ int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
 
 /* Hand ready items at the head of the queue to their tables, in order. */
 static void pump(fr_writer *w) {
-    fr_chunk *chunks[64];
     while (w->q_len > 0 && w->status == FR_OK) {
         fr_pending_item *it = q_at(w, 0);
         if (!fr_trajectory_ready(it->traj)) return;
-        /* Tuning feedback per writer column, with that column's chunks. */
-        for (int32_t k = 0; k < it->n_refs; k++) {
-            int32_t col = it->cols[k], n = 0, first = 1;
-            for (int32_t j = 0; j < k; j++) first &= it->cols[j] != col;
-            if (!first) continue;
-            for (int32_t j = k; j < it->n_refs && n < 64; j++) {
-                if (it->cols[j] != col) continue;
-                fr_cell *cell = fr_column_cell(&w->cols[col], it->ids[j]);
-                if (cell) chunks[n++] = cell->chunk;
-            }
-            fr_column_on_item(&w->cols[col], chunks, n);
-        }
+        feedback(w, it);
         unpin(w, it);
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);
@@ -255,6 +280,7 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
     if (squeeze && len != 1) return FR_ESQUEEZE;
     const fr_spec *first = len ? &w->cols[cols[0]].spec : NULL;
     for (int32_t k = 1; k < len; k++) {
+        if (cols[k] == cols[k - 1]) continue;  /* one column: one spec */
         const fr_spec *s = &w->cols[cols[k]].spec;
         *bad_ref = k;
         if (s->dtype != first->dtype || s->itemsize != first->itemsize)
@@ -267,16 +293,15 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
 
 /* Slices the item's trajectory needs: runs of consecutive rows of one chunk
  * merge (as fr_trajectory_push_row does), so items stay small. */
-static int32_t count_slices(fr_writer *w, int32_t n_columns, const int32_t *lens,
-                            const int32_t *cols, const int64_t *ids) {
+static int32_t count_slices(int32_t n_columns, const int32_t *lens,
+                            fr_cell *const *cells) {
     int32_t n = 0;
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         const fr_cell *prev = NULL;
         for (int32_t k = at; k < at + lens[c]; k++) {
-            const fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
-            n += !prev || prev->chunk != cell->chunk ||
-                 prev->offset + 1 != cell->offset;
-            prev = cell;
+            n += !prev || prev->chunk != cells[k]->chunk ||
+                 prev->offset + 1 != cells[k]->offset;
+            prev = cells[k];
         }
     }
     return n;
@@ -319,12 +344,17 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         if (rc != FR_OK) return rc;
     }
     *bad_column = -1;
+    /* The cells, looked up once (checked alive above). */
+    fr_cell *inline_cells[64];
+    fr_cell **cells = total <= 64 ? inline_cells : malloc((size_t)total * sizeof *cells);
+    if (!cells) return FR_ENOMEM;
+    for (int32_t k = 0; k < total; k++) cells[k] = fr_column_cell(&w->cols[cols[k]], ids[k]);
     fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
                           malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
                           NULL};
-    if (!it.ids) return FR_ENOMEM;
+    if (!it.ids) goto oom;
     it.cols = (int32_t *)(it.ids + total);
-    it.traj = fr_trajectory_new(n_columns, count_slices(w, n_columns, lens, cols, ids));
+    it.traj = fr_trajectory_new(n_columns, count_slices(n_columns, lens, cells));
     if (!it.traj) goto oom;
     it.traj->structure_id = structure_id;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
@@ -333,17 +363,17 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         fr_traj_column *tc = &it.traj->columns[c];
         tc->squeeze = squeeze[c];
         if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
-        for (int32_t k = at; k < at + lens[c]; k++) {
-            fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
-            fr_trajectory_push_row(it.traj, c, cell->chunk, cell->offset);
-        }
+        for (int32_t k = at; k < at + lens[c]; k++)
+            fr_trajectory_push_row(it.traj, c, cells[k]->chunk, cells[k]->offset);
     }
     if (q_push(w, it) != FR_OK) goto oom;
-    for (int32_t k = 0; k < total; k++) fr_column_pin(&w->cols[cols[k]], ids[k], +1);
+    for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
+    if (cells != inline_cells) free(cells);
     *key = it.key;
     pump(w);
     return FR_OK;
 oom:
+    if (cells != inline_cells) free(cells);
     free(it.ids);
     if (it.traj) fr_trajectory_release(it.traj);
     return FR_ENOMEM;
