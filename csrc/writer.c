@@ -67,46 +67,68 @@ static fr_pending_item *q_at(fr_writer *w, int64_t i) {
     return &w->queue[(w->q_head + i) % w->q_cap];
 }
 
-/* The end of the run of references to column cols[k] from k on. */
-static int32_t run_end(const int32_t *cols, int32_t k, int32_t n) {
-    int32_t e = k + 1;
-    while (e < n && cols[e] == cols[k]) e++;
-    return e;
+/* A run of an item's references to one writer column: [start, end). */
+typedef struct ref_run {
+    int32_t start, end;
+} ref_run;
+
+/* The runs of it's references (a trajectory column is usually one run). */
+static int32_t ref_runs(const fr_pending_item *it, ref_run *runs) {
+    int32_t n = 0;
+    for (int32_t k = 0; k < it->n_refs; n++) {
+        int32_t e = k + 1;
+        while (e < it->n_refs && it->cols[e] == it->cols[k]) e++;
+        runs[n] = (ref_run){k, e};
+        k = e;
+    }
+    return n;
 }
 
-static void unpin(fr_writer *w, fr_pending_item *it) {
-    for (int32_t k = 0, e; k < it->n_refs; k = e) {
-        e = run_end(it->cols, k, it->n_refs);
-        fr_column_unpin(&w->cols[it->cols[k]], it->ids + k, e - k);
+/* Unpin an item's cells (one at a time when runs is NULL). */
+static void unpin(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
+                  int32_t n_runs) {
+    if (!runs) {
+        for (int32_t k = 0; k < it->n_refs; k++)
+            fr_column_unpin(&w->cols[it->cols[k]], it->ids + k, 1);
+        return;
     }
+    for (int32_t r = 0; r < n_runs; r++)
+        fr_column_unpin(&w->cols[it->cols[runs[r].start]], it->ids + runs[r].start,
+                        runs[r].end - runs[r].start);
 }
 
 /* Tuning feedback per writer column with that column's chunks (in
  * reference order, 64 at most), column by column in order of first
- * reference.  References come in runs of one column (a trajectory column
- * is usually one writer column), so the scan goes run by run. */
-static void feedback(fr_writer *w, const fr_pending_item *it) {
+ * reference. */
+static void feedback(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
+                     int32_t n_runs) {
     fr_chunk *chunks[64];
-    const int32_t *cols = it->cols;
-    for (int32_t k = 0, e; k < it->n_refs; k = e) {
-        e = run_end(cols, k, it->n_refs);
-        int32_t col = cols[k], first = 1, n = 0;
-        for (int32_t j = 0, f; j < k && first; j = f) {  /* seen in a run before? */
-            f = run_end(cols, j, k);
-            first = cols[j] != col;
-        }
+    for (int32_t r = 0; r < n_runs; r++) {
+        int32_t col = it->cols[runs[r].start], first = 1, n = 0;
+        for (int32_t q = 0; q < r && first; q++) first = it->cols[runs[q].start] != col;
         if (!first) continue;
         fr_column *c = &w->cols[col];
-        for (int32_t j = k, f; j < it->n_refs && n < 64; j = f) {
-            f = run_end(cols, j, it->n_refs);
-            if (cols[j] != col) continue;
-            for (int32_t i = j; i < f && n < 64; i++) {
+        for (int32_t q = r; q < n_runs && n < 64; q++) {
+            if (it->cols[runs[q].start] != col) continue;
+            for (int32_t i = runs[q].start; i < runs[q].end && n < 64; i++) {
                 fr_cell *cell = fr_column_cell(c, it->ids[i]);
                 if (cell) chunks[n++] = cell->chunk;
             }
         }
         fr_column_on_item(c, chunks, n);
     }
+}
+
+/* Tuning feedback (when `tune`) and unpins of an item leaving the writer;
+ * without memory for its runs, no feedback. */
+static void release_refs(fr_writer *w, const fr_pending_item *it, int tune) {
+    ref_run inline_runs[16];
+    ref_run *runs = it->n_refs <= 16 ? inline_runs
+                                     : malloc((size_t)it->n_refs * sizeof *runs);
+    int32_t n_runs = runs ? ref_runs(it, runs) : 0;
+    if (tune && runs) feedback(w, it, runs, n_runs);
+    unpin(w, it, runs, n_runs);
+    if (runs != inline_runs) free(runs);
 }
 
 static void q_pop(fr_writer *w) {
@@ -120,7 +142,7 @@ void fr_writer_free(fr_writer *w) {
     if (!w) return;
     while (w->q_len > 0) {
         fr_pending_item *it = q_at(w, 0);
-        unpin(w, it);
+        release_refs(w, it, 0);
         fr_trajectory_release(it->traj);
         q_pop(w);
     }
@@ -171,8 +193,7 @@ static void pump(fr_writer *w) {
     while (w->q_len > 0 && w->status == FR_OK) {
         fr_pending_item *it = q_at(w, 0);
         if (!fr_trajectory_ready(it->traj)) return;
-        feedback(w, it);
-        unpin(w, it);
+        release_refs(w, it, 1);
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);
         if (rc != FR_OK) {
@@ -267,13 +288,14 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
 }
 
 static int check_column(fr_writer *w, int32_t len, int squeeze,
-                        const int32_t *cols, const int64_t *ids, int32_t *bad_ref) {
+                        const int32_t *cols, const int64_t *ids, fr_cell **cells,
+                        int32_t *bad_ref) {
     *bad_ref = 0;
     if (len == 0) return FR_EEMPTY;
     for (int32_t k = 0; k < len; k++) {
         *bad_ref = k;
         if (cols[k] < 0 || cols[k] >= w->n_cols ||
-            !fr_column_cell(&w->cols[cols[k]], ids[k]))
+            !(cells[k] = fr_column_cell(&w->cols[cols[k]], ids[k])))
             return FR_EEXPIRED;
     }
     *bad_ref = len;
@@ -338,17 +360,19 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     if (rc != FR_OK) return rc;
     if (w->status != FR_OK) return w->status;
     if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
-    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
-        *bad_column = c;
-        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, bad_ref);
-        if (rc != FR_OK) return rc;
-    }
-    *bad_column = -1;
-    /* The cells, looked up once (checked alive above). */
-    fr_cell *inline_cells[64];
+    fr_cell *inline_cells[64];  /* the cells, looked up once by the checks */
     fr_cell **cells = total <= 64 ? inline_cells : malloc((size_t)total * sizeof *cells);
     if (!cells) return FR_ENOMEM;
-    for (int32_t k = 0; k < total; k++) cells[k] = fr_column_cell(&w->cols[cols[k]], ids[k]);
+    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
+        *bad_column = c;
+        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, cells + at,
+                          bad_ref);
+        if (rc != FR_OK) {
+            if (cells != inline_cells) free(cells);
+            return rc;
+        }
+    }
+    *bad_column = -1;
     fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
                           malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
                           NULL};
