@@ -259,6 +259,6 @@ def writer_step(cfg: Config, rec: _Recorder) -> None:
             ("do-nothing writer loop", sorted(floor), "step (floor)", False),
             ("fastreplay's share (paired loop - floor)", pairs, "step (share)", False))
     for variant, values, per, base in rows:
-        rec.add(Result(name, "fastreplay" if base else "floor", variant,
+        rec.add(Result(name, "fastreplay", variant,
                        values[len(values) // 2], "s", per, len(values),
                        "fastreplay" if base else "reference", base))
