@@ -101,15 +101,19 @@ class ReplayBuffer:
         transitions ``priority`` or else the largest priority seen so far.
         """
         plan, names = self._plan, self._fields
-        if (plan is not None and names is not None
-                and transition.keys() == self._field_set):
+        values = None
+        if plan is not None and names is not None and len(transition) == len(names):
+            try:  # the same count and every name: the same fields
+                values = list(map(transition.__getitem__, names))
+            except KeyError:
+                pass
+        if values is not None:
             # The compiled path: one row as given, checked against the
             # first insert's specs (anything else takes the general path).
             prio = (float(priority) if priority is not None else
                     self._max_priority if self._prioritized else 1.0)
             if _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                self._paths, list(map(transition.__getitem__, names)),
-                                prio):
+                                self._paths, values, prio):
                 if priority is not None:
                     self._max_priority = max(self._max_priority, prio)
                 return
