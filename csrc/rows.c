@@ -76,10 +76,12 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
      * what one sampled item reads lies together in memory as after `add`
      * (column by column, sample_batch of image rows was ~15% slower).  A
      * new chunk takes at once the references of all the rows it will hold
-     * (fr_chunk_retain_n), not one per row. */
-    for (int64_t r = 0; r < n_rows; r++, built++) {
+     * (fr_chunk_retain_n), not one per row; the rows up to the next chunk
+     * or slab boundary get their trajectories in one fr_slab_fill. */
+    for (int64_t r = 0; r < n_rows;) {
+        int64_t end = n_rows;
         for (int32_t c = 0; c < n_cols; c++) {
-            if (!cur[c] || r - first[c] == cur[c]->n_rows) { /* no division */
+            if (!cur[c] || r - first[c] == cur[c]->n_rows) {
                 if (cur[c]) fr_chunk_release(cur[c]); /* its rows hold it */
                 cur[c] = make_chunk(store, &specs[c],
                                     fr_compress_choice(&specs[c], compression
@@ -91,6 +93,7 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
                 fr_chunk_retain_n(cur[c], cur[c]->n_rows);
             }
             offs[c] = (int32_t)(r - first[c]);
+            if (first[c] + cur[c]->n_rows < end) end = first[c] + cur[c]->n_rows;
         }
         rc = FR_ENOMEM;
         if (r % FR_SLAB_ROWS == 0) {
@@ -99,8 +102,10 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
             if (!slab) goto out;
             slab_filled = 0;
         }
-        trajs[r] = (uint64_t)(uintptr_t)fr_slab_row(slab, slab_filled++, ispecs, cur,
-                                                     offs);
+        if (end > r - r % FR_SLAB_ROWS + FR_SLAB_ROWS) end = r - r % FR_SLAB_ROWS + FR_SLAB_ROWS;
+        fr_slab_fill(slab, slab_filled, (int32_t)(end - r), ispecs, cur, offs, trajs + r);
+        slab_filled += (int32_t)(end - r);
+        built = r = end;
     }
     rc = fr_table_insert_many(t, n_rows, keys, priorities, trajs, timeout_ns,
                               n_done, bad_index);

@@ -1,6 +1,7 @@
 #include "traj_bulk.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct fr_traj_slab {
     atomic_int_fast64_t live; /* rows not yet freed (filled or not) */
@@ -53,6 +54,23 @@ fr_trajectory *fr_slab_row(fr_traj_slab *s, int32_t row, const fr_spec *const *s
         t->slices[c] = (fr_slice){chunks[c], offsets[c], 1};
     }
     return t;
+}
+
+void fr_slab_fill(fr_traj_slab *s, int32_t row0, int32_t n, const fr_spec *const *specs,
+                  fr_chunk *const *chunks, const int32_t *offsets, uint64_t *out) {
+    if (n <= 0) return;
+    fr_trajectory *first = fr_slab_row(s, row0, specs, chunks, offsets);
+    out[0] = (uint64_t)(uintptr_t)first;
+    int32_t n_cols = s->n_cols;
+    for (int32_t k = 1; k < n; k++) {
+        fr_trajectory *t = (fr_trajectory *)((char *)first + k * s->stride);
+        memcpy(t, first, (size_t)s->stride); /* refs 1, scratch_bytes -1 too */
+        t->slab_row = row0 + k + 1;
+        t->slices = (fr_slice *)(t + 1);
+        t->columns = (fr_traj_column *)(t->slices + n_cols);
+        for (int32_t c = 0; c < n_cols; c++) t->slices[c].offset += k;
+        out[k] = (uint64_t)(uintptr_t)t;
+    }
 }
 
 static fr_traj_slab *slab_of(fr_trajectory *t) {

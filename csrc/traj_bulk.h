@@ -48,6 +48,14 @@ fr_traj_slab *fr_slab_new(int32_t n_cols, int32_t n_rows);
 fr_trajectory *fr_slab_row(fr_traj_slab *s, int32_t row, const fr_spec *const *specs,
                            fr_chunk *const *chunks, const int32_t *offsets);
 
+/* fr_slab_row for rows row0 .. row0 + n - 1 (within the slab), row
+ * row0 + k with offsets[c] + k of chunks[c]: consecutive rows of the same
+ * chunks, each copied from the first and patched (a few stores per row
+ * instead of a trajectory built field by field).  out[k] receives row
+ * row0 + k's trajectory as a payload. */
+void fr_slab_fill(fr_traj_slab *s, int32_t row0, int32_t n, const fr_spec *const *specs,
+                  fr_chunk *const *chunks, const int32_t *offsets, uint64_t *out);
+
 /* Give up the rows of the slab that were never filled (after a failure):
  * the slab is freed with its last filled trajectory, or now if none. */
 void fr_slab_abandon(fr_traj_slab *s, int32_t filled);
