@@ -53,6 +53,7 @@ def insert_row(
     timeout: float | None = None,
 ) -> bool: ...
 
+@disjoint_base
 class FrameStream:
     @property
     def dtype(self) -> np.dtype[Any]: ...
