@@ -251,6 +251,7 @@ int fr_insert_frame_rows(fr_table *t, fr_store *store, int32_t n_cols,
         }
     }
     if (n_rows <= 0 || n_rows > INT32_MAX) return n_rows == 0 ? FR_OK : FR_EINVAL;
+    if (n_cols < 0) return FR_EINVAL;
     for (int32_t c = 0; c < n_cols; c++)
         if (streams[c] && !fr_spec_equal(&specs[c], &streams[c]->value))
             return FR_ESHAPE;
