@@ -195,6 +195,27 @@ class TestSampleEqualsAdded:
                 np.testing.assert_array_equal(cols[name][b], added[int(key)][name])
 
 
+class TestCheckpoint:
+    def test_restore_keeps_stacks(self, tmp_path: Any) -> None:
+        import fastreplay
+        from fastreplay import checkpointers, rate_limiters, selectors
+
+        buf = ReplayBuffer(20, seed=1, next_of="obs", stack_compress="obs")
+        added = fill(buf, Episodes((3, 2), 4, seed=15), 2, 6)
+        ckpt = checkpointers.DefaultCheckpointer(str(tmp_path))
+        first = fastreplay.Server([buf.table], checkpointer=ckpt)
+        first.localhost_client().checkpoint()
+        table = fastreplay.Table("replay_buffer", selectors.Uniform(), selectors.Fifo(),
+                                 20, rate_limiters.MinSize(1))
+        server = fastreplay.Server([table], checkpointer=ckpt)
+        info, data = server.localhost_client().sample_batch("replay_buffer", 32)
+        names = buf._fields or []
+        for b, key in enumerate(info.key):
+            for name in ("obs", "next_obs"):
+                got = data[names.index(name)][b]
+                np.testing.assert_array_equal(got, added[int(key)][name])
+
+
 class TestThreads:
     def test_writers_interleaving_episodes(self) -> None:
         """Threads adding their own episodes interleave in one stream:
