@@ -108,10 +108,16 @@ class FrameFields:
         self._specs = {k: (values[k].dtype, values[k].shape[1:]) for k in order}
         self.columns = order
 
-    def chunk_keys(self, n: int, n_fields: int) -> int:
-        """Chunk keys one insert of n rows may take at most."""
-        most = max((s.frames for s in self._streams if s is not None), default=1)
-        return n * n_fields * max(most, 1)
+    def chunk_keys(self, n: int, transitions: Mapping[str, Any]) -> int:
+        """Chunk keys one insert of n rows may take at most: a chunk per row
+        and frame of each field."""
+        total = 0
+        for name, v in transitions.items():
+            shape = np.shape(v)
+            nxt = name.startswith("next_") and name[5:] in self.next_of
+            src = name[5:] if nxt else name
+            total += shape[-1] if src in self.stack and len(shape) > 1 else 1
+        return n * max(total, 1)
 
     def insert(self, table: Any, store: Any, transitions: Mapping[str, Any],
                keys: np.ndarray, prios: np.ndarray, chunk_key: int,

@@ -210,7 +210,7 @@ class ReplayBuffer:
                 self._next_key += n
                 chunk_key = self._chunk_keys
                 self._chunk_keys = (chunk_key + frames.chunk_keys(
-                    n, len(transitions))) % 2**64
+                    n, transitions)) % 2**64
             frames.insert(self._table._core, self._store, transitions, keys, prios,
                           chunk_key, timeout)
             self._fields = frames.columns
