@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 from threadutil import Worker, join_workers
 
 from fastreplay import ReplayBuffer, _core
+from fastreplay.errors import InvalidPriorityError
 
 ATARI = (84, 84)
 
@@ -314,6 +315,34 @@ class TestErrors:
         for b, t in enumerate(out["t"]):
             np.testing.assert_array_equal(out["obs"][b], want[t][0])
             np.testing.assert_array_equal(out["next_obs"][b], want[t][1])
+
+    def test_invalid_priority_leaves_streams_intact(self) -> None:
+        buf = ReplayBuffer(50, alpha=0.6, seed=0, next_of="obs", stack_compress="obs")
+        eps = Episodes((3, 3), 4, seed=16)
+        eps.reset()
+        rows = [eps.step() for _ in range(6)]
+        buf.add_batch(obs=np.stack([o for o, _ in rows[:3]]),
+                      next_obs=np.stack([x for _, x in rows[:3]]), t=np.arange(3))
+        with pytest.raises(InvalidPriorityError):
+            buf.add_batch(obs=np.stack([o for o, _ in rows[3:]]),
+                          next_obs=np.stack([x for _, x in rows[3:]]),
+                          t=np.arange(3, 6), priorities=[1.0, float("nan"), 1.0])
+        assert len(buf) == 3
+        before = stored_bytes(buf)
+        buf.add_batch(obs=np.stack([o for o, _ in rows[3:]]),
+                      next_obs=np.stack([x for _, x in rows[3:]]), t=np.arange(3, 6))
+        assert stored_bytes(buf) - before == 3 * (9 + 8)  # one frame per step
+        out = buf.sample(64)
+        for b, t in enumerate(out["t"]):
+            np.testing.assert_array_equal(out["obs"][b], rows[t][0])
+            np.testing.assert_array_equal(out["next_obs"][b], rows[t][1])
+
+    def test_deep_stacks_of_wide_items(self) -> None:
+        """k beyond the gather's inline planes, 8-byte items, compressed."""
+        buf = ReplayBuffer(50, seed=0, next_of="obs", stack_compress="obs",
+                           compression="lz4")
+        added = fill(buf, Episodes((2, 3), 20, np.float64, seed=17, levels=2), 2, 7)
+        check(buf, added)
 
     def test_frame_stream_checks(self) -> None:
         with pytest.raises(ValueError, match="last axis"):
