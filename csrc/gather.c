@@ -1,0 +1,193 @@
+#include "gather.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+/* A batch goes to the pool only when its work pays for waking workers (a
+ * futex wake, tens of microseconds on a busy VM).  Measured on this 2-core
+ * VM (scratch bench gather_threshold.py: sample_batch of n one-step items,
+ * pool at 1 vs 2 threads, paired medians of 7 rounds): see POOL_MIN_* notes
+ * in the report of issue 13 part 2; LZ4 rows of uint8[84,84] break even
+ * near 16 items (~110 KB decoded), raw rows near 96 items (~700 KB). */
+#define POOL_MIN_DECODE_BYTES ((int64_t)128 << 10)
+#define POOL_MIN_RAW_BYTES ((int64_t)1 << 20)
+/* Shares per thread: claimed dynamically, so a thread that wakes late or is
+ * descheduled leaves its shares to the others. */
+#define SHARES_PER_THREAD 4
+/* Slots of a cache: direct-mapped by chunk key. */
+#define MAX_CACHE_SLOTS 256
+#define PRIVATE_CACHE_SLOTS 16
+
+typedef struct slot_cache {
+    unsigned char *mem; /* fr_trajectories_gather's [keys][rows] layout */
+    fr_chunk **held;    /* the chunk each key retains (NULL: none) */
+    int64_t each;
+    int32_t slots;
+} slot_cache;
+
+/* Slot i's cache belongs to whoever runs pool slot i (pool.h): no lock. */
+static slot_cache caches[FR_POOL_MAX_THREADS];
+static atomic_int_fast64_t held_total;
+static atomic_int always_pool; /* fr_gather_set_always_pool */
+
+static int32_t slots_for(int64_t most, int64_t budget, int32_t cap) {
+    int64_t s = budget / most;
+    return s < 1 ? 1 : s > cap ? cap : (int32_t)s;
+}
+
+static void cache_drop(slot_cache *sc) {
+    for (int32_t h = 0; sc->held && h < sc->slots; h++)
+        if (sc->held[h]) {
+            fr_chunk_release(sc->held[h]);
+            atomic_fetch_sub(&held_total, 1);
+        }
+    free(sc->mem);
+    free(sc->held);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Make sc hold chunks of up to `most` raw bytes; 0 when out of memory. */
+static int cache_prepare(slot_cache *sc, int64_t most) {
+    if (sc->mem && sc->each >= most && sc->each <= 4 * most) return 1;
+    cache_drop(sc);
+    int64_t each = (most + 63) / 64 * 64;
+    int32_t slots = slots_for(each, FR_GATHER_CACHE_BUDGET, MAX_CACHE_SLOTS);
+    sc->mem = malloc((size_t)slots * (sizeof(fr_gather_key) + (size_t)each));
+    sc->held = calloc((size_t)slots, sizeof *sc->held);
+    if (!sc->mem || !sc->held) {
+        cache_drop(sc);
+        return 0;
+    }
+    memset(sc->mem, 0, (size_t)slots * sizeof(fr_gather_key));
+    sc->each = each;
+    sc->slots = slots;
+    return 1;
+}
+
+/* After a gather into sc: retain the chunks keys now name, release the ones
+ * they replaced (the new ones are alive: the caller's items hold them). */
+static void cache_sync(slot_cache *sc) {
+    fr_gather_key *keys = (fr_gather_key *)sc->mem;
+    for (int32_t h = 0; h < sc->slots; h++) {
+        fr_chunk *k = (fr_chunk *)keys[h].chunk;
+        if (k == sc->held[h]) continue;
+        if (k) {
+            fr_chunk_retain(k);
+            atomic_fetch_add(&held_total, 1);
+        }
+        if (sc->held[h]) {
+            fr_chunk_release(sc->held[h]);
+            atomic_fetch_sub(&held_total, 1);
+        }
+        sc->held[h] = k;
+    }
+}
+
+typedef struct share_ctx {
+    const fr_gather_job *job;
+    int shares;
+    atomic_int rc;     /* first failure, FR_OK when none */
+    atomic_int failed; /* its column */
+} share_ctx;
+
+static void fail(share_ctx *x, int rc, int32_t col) {
+    int ok = FR_OK;
+    if (atomic_compare_exchange_strong(&x->rc, &ok, rc)) atomic_store(&x->failed, col);
+}
+
+static void gather_share(void *arg, int share, int slot) {
+    share_ctx *x = arg;
+    const fr_gather_job *j = x->job;
+    int64_t lo = j->n * share / x->shares, hi = j->n * (share + 1) / x->shares;
+    if (lo >= hi || atomic_load_explicit(&x->rc, memory_order_relaxed) != FR_OK)
+        return;
+    slot_cache *sc = NULL;
+    unsigned char *priv = NULL, *cache = NULL;
+    int64_t each = 0;
+    int32_t slots = 0;
+    if (j->most > 0) { /* some chunk is compressed */
+        if (slot >= 0 && cache_prepare(&caches[slot], j->most)) {
+            sc = &caches[slot];
+            cache = sc->mem;
+            each = sc->each;
+            slots = sc->slots;
+        } else {
+            each = j->most;
+            slots = slots_for(each, 4 * FR_GATHER_CACHE_BUDGET, PRIVATE_CACHE_SLOTS);
+            priv = malloc((size_t)slots * (sizeof(fr_gather_key) + (size_t)each));
+            if (!priv) {
+                fail(x, FR_ENOMEM, -1);
+                return;
+            }
+            memset(priv, 0, (size_t)slots * sizeof(fr_gather_key));
+            cache = priv;
+        }
+    }
+    for (int32_t c = 0; c < j->n_cols; c++) {
+        int64_t stride = j->strides[c];
+        if (stride == 0) continue;
+        int rc = fr_trajectories_gather(j->ts + lo, hi - lo, c,
+                                        (unsigned char *)j->outs[c] + lo * stride,
+                                        stride, cache, each, slots);
+        if (rc != FR_OK) {
+            fail(x, rc, c);
+            break;
+        }
+    }
+    if (sc) cache_sync(sc);
+    free(priv);
+}
+
+int fr_gather_batch(const fr_gather_job *job, int32_t *failed) {
+    *failed = -1;
+    if (job->n <= 0) return FR_OK;
+    int64_t bytes = 0;
+    for (int32_t c = 0; c < job->n_cols; c++) bytes += job->strides[c];
+    bytes *= job->n;
+    int threads = fr_pool_threads();
+    int64_t min = job->most > 0 ? POOL_MIN_DECODE_BYTES : POOL_MIN_RAW_BYTES;
+    if (atomic_load_explicit(&always_pool, memory_order_relaxed)) min = 0;
+    int shares = 1;
+    if (threads > 1 && bytes >= min)
+        shares = job->n < threads * SHARES_PER_THREAD ? (int)job->n
+                                                       : threads * SHARES_PER_THREAD;
+    share_ctx x = {.job = job, .shares = shares};
+    atomic_init(&x.rc, FR_OK);
+    atomic_init(&x.failed, -1);
+    fr_pool_run(gather_share, &x, shares);
+    *failed = atomic_load(&x.failed);
+    return atomic_load(&x.rc);
+}
+
+void fr_gather_cache_trim(void) {
+    if (atomic_load_explicit(&held_total, memory_order_relaxed) == 0) return;
+    if (!fr_pool_try_acquire()) return;
+    for (int i = 0; i < FR_POOL_MAX_THREADS; i++) {
+        slot_cache *sc = &caches[i];
+        fr_gather_key *keys = (fr_gather_key *)sc->mem;
+        for (int32_t h = 0; sc->held && h < sc->slots; h++) {
+            fr_chunk *k = sc->held[h];
+            if (!k || atomic_load_explicit(&k->refs, memory_order_acquire) != 1)
+                continue;
+            keys[h].chunk = NULL;
+            sc->held[h] = NULL;
+            fr_chunk_release(k);
+            atomic_fetch_sub(&held_total, 1);
+        }
+    }
+    fr_pool_release();
+}
+
+int fr_gather_cache_clear(void) {
+    if (!fr_pool_try_acquire()) return 0;
+    for (int i = 0; i < FR_POOL_MAX_THREADS; i++) cache_drop(&caches[i]);
+    fr_pool_release();
+    return 1;
+}
+
+void fr_gather_set_always_pool(int on) { atomic_store(&always_pool, on != 0); }
+
+int64_t fr_gather_cache_held(void) { return atomic_load(&held_total); }
