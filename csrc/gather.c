@@ -31,7 +31,7 @@ typedef struct slot_cache {
 /* Slot i's cache belongs to whoever runs pool slot i (pool.h): no lock. */
 static slot_cache caches[FR_POOL_MAX_THREADS];
 static atomic_int_fast64_t held_total;
-static atomic_int always_pool; /* fr_gather_set_always_pool */
+static atomic_int flags; /* fr_gather_set_flags */
 
 static int32_t slots_for(int64_t most, int64_t budget, int32_t cap) {
     int64_t s = budget / most;
@@ -149,7 +149,8 @@ int fr_gather_batch(const fr_gather_job *job, int32_t *failed) {
     bytes *= job->n;
     int threads = fr_pool_threads();
     int64_t min = job->most > 0 ? POOL_MIN_DECODE_BYTES : POOL_MIN_RAW_BYTES;
-    if (atomic_load_explicit(&always_pool, memory_order_relaxed)) min = 0;
+    if (atomic_load_explicit(&flags, memory_order_relaxed) & FR_GATHER_ALWAYS_POOL)
+        min = 0;
     int shares = 1;
     if (threads > 1 && bytes >= min)
         shares = job->n < threads * SHARES_PER_THREAD ? (int)job->n
@@ -188,6 +189,6 @@ int fr_gather_cache_clear(void) {
     return 1;
 }
 
-void fr_gather_set_always_pool(int on) { atomic_store(&always_pool, on != 0); }
+void fr_gather_set_flags(int f) { atomic_store(&flags, f); }
 
 int64_t fr_gather_cache_held(void) { return atomic_load(&held_total); }

@@ -52,10 +52,11 @@ void fr_gather_cache_trim(void);
 /* Release every cached chunk and the cache memory (waits for no one: skipped
  * while a batch is being gathered; returns 0 then, else 1). */
 int fr_gather_cache_clear(void);
-/* Tests: with 1, every batch of two or more items goes to the pool (as
- * many shares as threads allow), however small; 0 restores the measured
- * thresholds. */
-void fr_gather_set_always_pool(int on);
+/* Tests: FR_GATHER_ALWAYS_POOL sends every batch of two or more items to
+ * the pool (as many shares as threads allow), however small; 0 is the
+ * default (the measured thresholds). */
+enum { FR_GATHER_ALWAYS_POOL = 1 };
+void fr_gather_set_flags(int flags);
 /* Chunks the caches currently hold (tests). */
 int64_t fr_gather_cache_held(void);
 

@@ -203,7 +203,7 @@ def _gather_threads(n=None, always=None) -> int:
             raise ValueError(f"gather threads ({n}) must be in [0, 64]")
         fr_pool_set_threads(n)
     if always is not None:
-        fr_gather_set_always_pool(bool(always))
+        fr_gather_set_flags(FR_GATHER_ALWAYS_POOL if always else 0)
     return fr_pool_threads()
 
 

@@ -290,7 +290,9 @@ cdef extern from "gather.h" nogil:
     void fr_gather_cache_trim()
     int fr_gather_cache_clear()
     int64_t fr_gather_cache_held()
-    void fr_gather_set_always_pool(int on)
+    void fr_gather_set_flags(int flags)
+    enum:
+        FR_GATHER_ALWAYS_POOL
 
 
 cdef extern from "column.h" nogil:
