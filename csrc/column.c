@@ -236,10 +236,11 @@ int fr_column_configure(fr_column *c, fr_chunker_options opt) {
     return FR_OK;
 }
 
-void fr_column_pin(fr_column *c, int64_t id, int delta) {
-    if (id < c->cells_base || id >= c->cells_base + c->cells_len) return;
-    fr_column_slot(c, id)->pins += delta;
-    if (delta < 0) trim(c);
+void fr_column_unpin(fr_column *c, const int64_t *ids, int32_t n) {
+    for (int32_t k = 0; k < n; k++)
+        if (ids[k] >= c->cells_base && ids[k] < c->cells_base + c->cells_len)
+            fr_column_slot(c, ids[k])->pins--;
+    trim(c);
 }
 
 int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch) {

@@ -67,9 +67,68 @@ static fr_pending_item *q_at(fr_writer *w, int64_t i) {
     return &w->queue[(w->q_head + i) % w->q_cap];
 }
 
-static void unpin(fr_writer *w, fr_pending_item *it) {
-    for (int32_t k = 0; k < it->n_refs; k++)
-        fr_column_pin(&w->cols[it->cols[k]], it->ids[k], -1);
+/* A run of an item's references to one writer column: [start, end). */
+typedef struct ref_run {
+    int32_t start, end;
+} ref_run;
+
+/* The runs of it's references (a trajectory column is usually one run). */
+static int32_t ref_runs(const fr_pending_item *it, ref_run *runs) {
+    int32_t n = 0;
+    for (int32_t k = 0; k < it->n_refs; n++) {
+        int32_t e = k + 1;
+        while (e < it->n_refs && it->cols[e] == it->cols[k]) e++;
+        runs[n] = (ref_run){k, e};
+        k = e;
+    }
+    return n;
+}
+
+/* Unpin an item's cells (one at a time when runs is NULL). */
+static void unpin(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
+                  int32_t n_runs) {
+    if (!runs) {
+        for (int32_t k = 0; k < it->n_refs; k++)
+            fr_column_unpin(&w->cols[it->cols[k]], it->ids + k, 1);
+        return;
+    }
+    for (int32_t r = 0; r < n_runs; r++)
+        fr_column_unpin(&w->cols[it->cols[runs[r].start]], it->ids + runs[r].start,
+                        runs[r].end - runs[r].start);
+}
+
+/* Tuning feedback per writer column with that column's chunks (in
+ * reference order, 64 at most), column by column in order of first
+ * reference. */
+static void feedback(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
+                     int32_t n_runs) {
+    fr_chunk *chunks[64];
+    for (int32_t r = 0; r < n_runs; r++) {
+        int32_t col = it->cols[runs[r].start], first = 1, n = 0;
+        for (int32_t q = 0; q < r && first; q++) first = it->cols[runs[q].start] != col;
+        if (!first) continue;
+        fr_column *c = &w->cols[col];
+        for (int32_t q = r; q < n_runs && n < 64; q++) {
+            if (it->cols[runs[q].start] != col) continue;
+            for (int32_t i = runs[q].start; i < runs[q].end && n < 64; i++) {
+                fr_cell *cell = fr_column_cell(c, it->ids[i]);
+                if (cell) chunks[n++] = cell->chunk;
+            }
+        }
+        fr_column_on_item(c, chunks, n);
+    }
+}
+
+/* Tuning feedback (when `tune`) and unpins of an item leaving the writer;
+ * without memory for its runs, no feedback. */
+static void release_refs(fr_writer *w, const fr_pending_item *it, int tune) {
+    ref_run inline_runs[16];
+    ref_run *runs = it->n_refs <= 16 ? inline_runs
+                                     : malloc((size_t)it->n_refs * sizeof *runs);
+    int32_t n_runs = runs ? ref_runs(it, runs) : 0;
+    if (tune && runs) feedback(w, it, runs, n_runs);
+    unpin(w, it, runs, n_runs);
+    if (runs != inline_runs) free(runs);
 }
 
 static void q_pop(fr_writer *w) {
@@ -83,7 +142,7 @@ void fr_writer_free(fr_writer *w) {
     if (!w) return;
     while (w->q_len > 0) {
         fr_pending_item *it = q_at(w, 0);
-        unpin(w, it);
+        release_refs(w, it, 0);
         fr_trajectory_release(it->traj);
         q_pop(w);
     }
@@ -131,23 +190,10 @@ int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
 
 /* Hand ready items at the head of the queue to their tables, in order. */
 static void pump(fr_writer *w) {
-    fr_chunk *chunks[64];
     while (w->q_len > 0 && w->status == FR_OK) {
         fr_pending_item *it = q_at(w, 0);
         if (!fr_trajectory_ready(it->traj)) return;
-        /* Tuning feedback per writer column, with that column's chunks. */
-        for (int32_t k = 0; k < it->n_refs; k++) {
-            int32_t col = it->cols[k], n = 0, first = 1;
-            for (int32_t j = 0; j < k; j++) first &= it->cols[j] != col;
-            if (!first) continue;
-            for (int32_t j = k; j < it->n_refs && n < 64; j++) {
-                if (it->cols[j] != col) continue;
-                fr_cell *cell = fr_column_cell(&w->cols[col], it->ids[j]);
-                if (cell) chunks[n++] = cell->chunk;
-            }
-            fr_column_on_item(&w->cols[col], chunks, n);
-        }
-        unpin(w, it);
+        release_refs(w, it, 1);
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);
         if (rc != FR_OK) {
@@ -242,19 +288,21 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
 }
 
 static int check_column(fr_writer *w, int32_t len, int squeeze,
-                        const int32_t *cols, const int64_t *ids, int32_t *bad_ref) {
+                        const int32_t *cols, const int64_t *ids, fr_cell **cells,
+                        int32_t *bad_ref) {
     *bad_ref = 0;
     if (len == 0) return FR_EEMPTY;
     for (int32_t k = 0; k < len; k++) {
         *bad_ref = k;
         if (cols[k] < 0 || cols[k] >= w->n_cols ||
-            !fr_column_cell(&w->cols[cols[k]], ids[k]))
+            !(cells[k] = fr_column_cell(&w->cols[cols[k]], ids[k])))
             return FR_EEXPIRED;
     }
     *bad_ref = len;
     if (squeeze && len != 1) return FR_ESQUEEZE;
     const fr_spec *first = len ? &w->cols[cols[0]].spec : NULL;
     for (int32_t k = 1; k < len; k++) {
+        if (cols[k] == cols[k - 1]) continue;  /* one column: one spec */
         const fr_spec *s = &w->cols[cols[k]].spec;
         *bad_ref = k;
         if (s->dtype != first->dtype || s->itemsize != first->itemsize)
@@ -267,16 +315,15 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
 
 /* Slices the item's trajectory needs: runs of consecutive rows of one chunk
  * merge (as fr_trajectory_push_row does), so items stay small. */
-static int32_t count_slices(fr_writer *w, int32_t n_columns, const int32_t *lens,
-                            const int32_t *cols, const int64_t *ids) {
+static int32_t count_slices(int32_t n_columns, const int32_t *lens,
+                            fr_cell *const *cells) {
     int32_t n = 0;
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         const fr_cell *prev = NULL;
         for (int32_t k = at; k < at + lens[c]; k++) {
-            const fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
-            n += !prev || prev->chunk != cell->chunk ||
-                 prev->offset + 1 != cell->offset;
-            prev = cell;
+            n += !prev || prev->chunk != cells[k]->chunk ||
+                 prev->offset + 1 != cells[k]->offset;
+            prev = cells[k];
         }
     }
     return n;
@@ -313,18 +360,25 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     if (rc != FR_OK) return rc;
     if (w->status != FR_OK) return w->status;
     if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
+    fr_cell *inline_cells[64];  /* the cells, looked up once by the checks */
+    fr_cell **cells = total <= 64 ? inline_cells : malloc((size_t)total * sizeof *cells);
+    if (!cells) return FR_ENOMEM;
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         *bad_column = c;
-        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, bad_ref);
-        if (rc != FR_OK) return rc;
+        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, cells + at,
+                          bad_ref);
+        if (rc != FR_OK) {
+            if (cells != inline_cells) free(cells);
+            return rc;
+        }
     }
     *bad_column = -1;
     fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
                           malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
                           NULL};
-    if (!it.ids) return FR_ENOMEM;
+    if (!it.ids) goto oom;
     it.cols = (int32_t *)(it.ids + total);
-    it.traj = fr_trajectory_new(n_columns, count_slices(w, n_columns, lens, cols, ids));
+    it.traj = fr_trajectory_new(n_columns, count_slices(n_columns, lens, cells));
     if (!it.traj) goto oom;
     it.traj->structure_id = structure_id;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
@@ -333,17 +387,17 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         fr_traj_column *tc = &it.traj->columns[c];
         tc->squeeze = squeeze[c];
         if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
-        for (int32_t k = at; k < at + lens[c]; k++) {
-            fr_cell *cell = fr_column_cell(&w->cols[cols[k]], ids[k]);
-            fr_trajectory_push_row(it.traj, c, cell->chunk, cell->offset);
-        }
+        for (int32_t k = at; k < at + lens[c]; k++)
+            fr_trajectory_push_row(it.traj, c, cells[k]->chunk, cells[k]->offset);
     }
     if (q_push(w, it) != FR_OK) goto oom;
-    for (int32_t k = 0; k < total; k++) fr_column_pin(&w->cols[cols[k]], ids[k], +1);
+    for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
+    if (cells != inline_cells) free(cells);
     *key = it.key;
     pump(w);
     return FR_OK;
 oom:
+    if (cells != inline_cells) free(cells);
     free(it.ids);
     if (it.traj) fr_trajectory_release(it.traj);
     return FR_ENOMEM;

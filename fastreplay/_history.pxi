@@ -338,3 +338,21 @@ cdef class ColumnHistory:
 
     def __repr__(self) -> str:
         return f"ColumnHistory(path={self._path}, length={len(self)})"
+
+
+def columns_of(list columns) -> set:
+    """The writer columns the cells of these TrajectoryColumns are in."""
+    cdef set out = set()
+    cdef TrajectoryColumn tc
+    cdef Py_ssize_t i
+    for c in columns:
+        if type(c) is not TrajectoryColumn:
+            continue
+        tc = <TrajectoryColumn>c
+        if tc.cols == NULL:
+            if tc.n:
+                out.add(tc.col)
+        else:
+            for i in range(tc.n):
+                out.add(tc.cols[i])
+    return out

@@ -18,6 +18,7 @@ from typing import Any, Union
 import numpy as np
 
 from fastreplay import _nest
+from fastreplay.chunkers import compression_mode
 
 # ----- patterns -----
 
@@ -233,6 +234,16 @@ def td_error(max_priority_weight: float, step_structure: Any,
 
 # ----- configs -----
 
+class Unset:
+    """The type of ``UNSET``: a keyword argument not given."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = Unset()
+
+
 @dataclasses.dataclass
 class Config:
     """Reverb's StructuredWriterConfig: pattern nodes in flatten order, the
@@ -243,6 +254,9 @@ class Config:
     table: str
     priority: Priority
     conditions: list[ConditionProto]
+    #: fastreplay's: the compression of the columns the pattern stores
+    #: (``'auto'``, ``'lz4'`` or None); unset: the table's default.
+    compression: str | None | Unset = UNSET
 
     @property
     def max_age(self) -> int:
@@ -250,14 +264,23 @@ class Config:
 
 
 def create_config(pattern: Any, table: str, conditions: Sequence[ConditionProto] = (),
-                  priority: Priority | None = None) -> Config:
-    """A config creating items shaped like ``pattern`` in ``table``."""
+                  priority: Priority | None = None, *,
+                  compression: str | None | Unset = UNSET) -> Config:
+    """A config creating items shaped like ``pattern`` in ``table``.
+
+    ``compression`` (fastreplay's): how the columns the pattern references
+    are stored, ``'auto'``, ``'lz4'`` or None; by default the table's
+    (``Table(compression=...)``).
+    """
+    if not isinstance(compression, Unset):
+        compression_mode(compression, f"config for table '{table}'")
     return Config(
         flat=list(_nest.flatten(pattern)),
         pattern_structure=_nest.map_structure(lambda _: None, pattern),
         table=table,
         priority=constant_priority_fn(1.0) if priority is None else priority,
         conditions=list(conditions),
+        compression=compression,
     )
 
 

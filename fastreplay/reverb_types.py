@@ -290,3 +290,5 @@ class TableInfo:
     num_deletes: int = 0
     num_evictions: int = 0
     num_expired: int = 0
+    #: fastreplay's: the table's default column compression (Table.compression)
+    compression: str | None = "auto"

@@ -29,6 +29,7 @@ from fastreplay._structured_config import (
     Priority,
     TDError,
     TensorSpec,
+    Unset,
     constant_priority_fn,
     create_config,
     create_reference_step,
@@ -39,6 +40,7 @@ from fastreplay._structured_config import (
     validate_config,
     with_buffer_length_condition,
 )
+from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table
 from fastreplay.writer import DEFAULT_STORE, _seconds, _sink_flush
 
@@ -102,6 +104,7 @@ class StructuredWriter(_core._StructuredBase):
                     f"Invalid configuration at position {i}: table '{config.table}' "
                     f"not found; the tables are {', '.join(sorted(by_name))}.")
         self._tables = by_name
+        self._modes = _column_modes(self._configs, by_name)
         self._store = chunk_store
         self._sink = sink  # as TrajectoryWriter's
         self._seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
@@ -130,7 +133,9 @@ class StructuredWriter(_core._StructuredBase):
         keep_alive = max(1, max(c.max_age for c in self._configs))
         core = _core.WriterCore(self._store or DEFAULT_STORE, self._seed, keep_alive)
         for s in stored:  # errors name a column as Reverb's writer does
-            core.add_column(f"{s} (path={paths[s]!r})")
+            col = core.add_column(f"{s} (path={paths[s]!r})")
+            if self._modes[s] != _core.COMPRESSION_AUTO:
+                core.set_compression(col, self._modes[s])
         compiled = []
         for config in self._configs:
             nodes = [(column[n.flat_source_index], int(n.start is not None),
@@ -221,3 +226,29 @@ class StructuredWriter(_core._StructuredBase):
         if exc_type is None and not self._closed:
             self.flush()
 
+
+def _column_modes(configs: Sequence[Config], tables: Mapping[str, Table]
+                  ) -> dict[int, int]:
+    """The compression (_core.COMPRESSION_*) of each flat index the configs
+    store: the one the configs name (they must agree), else the default of
+    the table of the first config that stores it."""
+    explicit: dict[int, tuple[int, int]] = {}  # flat index -> (mode, config)
+    modes: dict[int, int] = {}
+    for i, config in enumerate(configs):
+        given = None if isinstance(config.compression, Unset) else compression_mode(
+            config.compression, f"Invalid configuration at position {i}")
+        for node in config.flat:
+            s = node.flat_source_index
+            modes.setdefault(s, compression_mode(
+                tables[config.table].compression, config.table))
+            if given is None:
+                continue
+            mode, first = explicit.setdefault(s, (given, i))
+            if mode != given:
+                raise ValueError(
+                    f"Invalid configuration at position {i}: its compression "
+                    f"{config.compression!r} for flat index {s} differs from "
+                    f"{configs[first].compression!r} of the configuration at "
+                    f"position {first}.")
+    modes.update({s: mode for s, (mode, _) in explicit.items()})
+    return modes

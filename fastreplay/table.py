@@ -23,6 +23,7 @@ import numpy.typing as npt
 from fastreplay import _core
 from fastreplay import rate_limiters as rl
 from fastreplay import selectors as sel
+from fastreplay.chunkers import compression_mode
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 from fastreplay.reverb_types import (
     KeyDistributionOptions,
@@ -119,6 +120,12 @@ def _check_signature(signature: Any) -> Any:
     return signature
 
 
+#: A table's compression default by the core's code (_core.COMPRESSION_*).
+_COMPRESSION_NAMES: dict[int, str | None] = {
+    int(_core.COMPRESSION_AUTO): "auto", int(_core.COMPRESSION_LZ4): "lz4",
+    int(_core.COMPRESSION_NONE): None}
+
+
 class Table:
     """A replay table (Reverb's ``reverb.Table``).
 
@@ -171,6 +178,7 @@ class Table:
         signature: Any = None,
         *,
         seed: int | None = None,
+        compression: str | None = "auto",
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {name!r}")
@@ -197,6 +205,8 @@ class Table:
         if tuple(extensions):
             raise ValueError("table extensions are not supported by fastreplay")
         self._signature = _check_signature(signature)
+        self._compression_mode = compression_mode(compression, f"table '{name}'")
+        self._compression = _COMPRESSION_NAMES[self._compression_mode]
         if rate_limiter._table is not None:
             rate_limiter._bind(name)  # raises: the limiter belongs to a table
         self._name = name
@@ -230,12 +240,15 @@ class Table:
         max_size: int,
         extensions: Sequence[Any] = (),
         signature: Any = None,
+        *,
+        compression: str | None = "auto",
     ) -> Table:
         """A FIFO queue: Fifo sampler and remover, each item sampled once,
         inserts block when full and samples block when empty."""
         return cls(
             name, sel.Fifo(), sel.Fifo(), max_size, rl.Queue(max_size),
             max_times_sampled=1, extensions=extensions, signature=signature,
+            compression=compression,
         )
 
     @classmethod
@@ -245,11 +258,14 @@ class Table:
         max_size: int,
         extensions: Sequence[Any] = (),
         signature: Any = None,
+        *,
+        compression: str | None = "auto",
     ) -> Table:
         """A LIFO stack: as :meth:`queue` with Lifo selectors."""
         return cls(
             name, sel.Lifo(), sel.Lifo(), max_size, rl.Stack(max_size),
             max_times_sampled=1, extensions=extensions, signature=signature,
+            compression=compression,
         )
 
     def replace(self, **overrides: Any) -> Table:
@@ -262,6 +278,7 @@ class Table:
             rate_limiter=None,
             max_times_sampled=self._max_times_sampled,
             signature=self._signature,
+            compression=self._compression,
         )
         kwargs.update(overrides)
         if kwargs["rate_limiter"] is None:
@@ -279,6 +296,14 @@ class Table:
     @property
     def signature(self) -> Any:
         return self._signature
+
+    @property
+    def compression(self) -> str | None:
+        """The default compression of the columns this table's items come
+        from (fastreplay's): ``'auto'``, ``'lz4'`` or None.  A writer column
+        that ``configure`` (or a StructuredWriter config) does not decide
+        takes the default of the table its first item goes to."""
+        return self._compression
 
     @property
     def info(self) -> TableInfo:
@@ -320,6 +345,7 @@ class Table:
             num_updates=s["num_updates"],
             num_deletes=s["num_deletes"],
             num_evictions=s["num_evictions"],
+            compression=self._compression,
             num_expired=s["num_expired"],
         )
 

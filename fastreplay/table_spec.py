@@ -17,7 +17,9 @@ object.  Keys:
   ``stack:N`` (default ``min_size:1``).  ``queue:N`` and ``stack:N`` make a
   Reverb queue or stack: unless given, the sampler and remover default to
   fifo (lifo for a stack), ``max_times_sampled`` to 1 and ``max_size`` to N;
-- ``seed``: the table's sampling seed, an integer >= 0 (default random).
+- ``seed``: the table's sampling seed, an integer >= 0 (default random);
+- ``compression``: the default compression of the columns its items come
+  from, ``auto``, ``lz4`` or ``none`` (default ``auto``).
 
 Signatures cannot be given here.  Every bad key or value raises
 :class:`SpecError` naming the key and the value.
@@ -38,7 +40,7 @@ __all__ = ["KEYS", "SpecError", "TableSpec", "describe_rate_limiter",
            "describe_selector", "parse_table_spec", "table_spec_from_json"]
 
 KEYS = ("name", "sampler", "remover", "max_size", "max_times_sampled",
-        "rate_limiter", "seed")
+        "rate_limiter", "seed", "compression")
 SELECTORS = "uniform, fifo, lifo, prioritized:EXPONENT, heap:min, heap:max"
 RATE_LIMITERS = ("min_size:N, sample_to_insert_ratio:R:MIN:TOL, queue:N, "
                  "stack:N")
@@ -147,13 +149,15 @@ class TableSpec:
     max_times_sampled: int = 0
     rate_limiter: str = "min_size:1"
     seed: int | None = None
+    compression: str | None = "auto"
 
     def build(self) -> Table:
         """A new, empty Table (fresh selector and rate-limiter objects)."""
         return Table(self.name, make_selector("sampler", self.sampler),
                      make_selector("remover", self.remover), self.max_size,
                      make_rate_limiter(self.rate_limiter),
-                     max_times_sampled=self.max_times_sampled, seed=self.seed)
+                     max_times_sampled=self.max_times_sampled, seed=self.seed,
+                     compression=self.compression)
 
 
 def _from_pairs(pairs: list[tuple[str, str]]) -> TableSpec:
@@ -191,6 +195,12 @@ def _from_pairs(pairs: list[tuple[str, str]]) -> TableSpec:
             "max_times_sampled", given["max_times_sampled"], 0)
     if "seed" in given:
         fields["seed"] = _int("seed", given["seed"], 0)
+    if "compression" in given:
+        text = given["compression"].lower()
+        if text not in ("auto", "lz4", "none"):
+            raise _bad("compression", given["compression"],
+                       "must be auto, lz4 or none")
+        fields["compression"] = None if text == "none" else text
     return TableSpec(**fields)  # type: ignore[arg-type]
 
 

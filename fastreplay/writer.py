@@ -129,6 +129,10 @@ class TrajectoryWriter(_core._WriterBase):
         )
         self._overrides: dict[tuple[Any, ...], ChunkerOptions] = {}
         self._compression: dict[tuple[Any, ...], int] = {}  # configure(compression=)
+        # Columns neither configured nor given a table's default yet (the
+        # tables' defaults differ): the first item referencing one gives it
+        # its table's (_check_item).
+        self._undecided: set[int] = set()
         self._columns = _Columns(self._add_column)
         self._history = None
         self._generation = 0  # end_episode(clear_buffers=True) calls so far
@@ -145,7 +149,14 @@ class TrajectoryWriter(_core._WriterBase):
                                         o.max_chunk_length,
                                         getattr(o, "throughput_weight", 1.0))
         mode = self._compression.get(path)
-        if mode is not None:
+        defaults = {compression_mode(t.compression, t.name)
+                    for t in self._tables.values()}
+        if mode is None and len(defaults) == 1:  # the tables agree
+            mode = defaults.pop()
+        if mode is None:
+            self._undecided.add(col)
+            self._targets.clear()  # items check their columns again
+        elif mode != _core.COMPRESSION_AUTO:
             self._core.set_compression(col, mode)
         self._history = None
 
@@ -195,6 +206,7 @@ class TrajectoryWriter(_core._WriterBase):
                 self._compression[tuple(path)] = mode
             else:
                 self._core.set_compression(col, mode)
+                self._undecided.discard(col)
 
     def configure_chunker(self, path: tuple[Any, ...], options: ChunkerOptions
                           ) -> None:
@@ -283,13 +295,24 @@ class TrajectoryWriter(_core._WriterBase):
                 f"Unable to create item in table '{table}' since the table could "
                 "not be found."
             )
-        entry = (target, target._core,
-                 self._validate_items and target.signature is not None)
+        entry = (target, target._core, bool(self._undecided) or (
+            self._validate_items and target.signature is not None))
         self._targets[table] = entry
         return entry
 
     def _check_item(self, table: str, target: Table, columns: list[Any]) -> None:
-        _check_signature(table, target.signature, columns)
+        """The Python part of create_item: the table's signature, and the
+        table's compression default for columns not decided yet."""
+        if self._validate_items and target.signature is not None:
+            _check_signature(table, target.signature, columns)
+        if self._undecided:
+            mode = compression_mode(target.compression, table)
+            for col in _core.columns_of(columns) & self._undecided:
+                if mode != _core.COMPRESSION_AUTO:
+                    self._core.set_compression(col, mode)
+                self._undecided.discard(col)
+            if not self._undecided:
+                self._targets.clear()  # no check needed without a signature
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None
               ) -> None:

@@ -107,6 +107,14 @@ def test_queue_and_stack_default_to_reverb_queue_and_stack() -> None:
     assert (limiter.min_diff, limiter.max_diff) == (0.0, 3.0)
 
 
+@pytest.mark.parametrize("text, value", [("none", None), ("LZ4", "lz4"),
+                                         ("auto", "auto")])
+def test_spec_compression_is_the_tables_default(text, value):
+    spec = parse_table_spec(f"name=t,compression={text}")
+    assert spec.compression == value
+    assert spec.build().info.compression == value
+
+
 @pytest.mark.parametrize("text, message", [
     ("sampler=fifo", r"missing key 'name'"),
     ("name=a,colour=red", r"unknown key 'colour'; keys are name, sampler"),
@@ -138,6 +146,7 @@ def test_queue_and_stack_default_to_reverb_queue_and_stack() -> None:
     ("name=a,max_times_sampled=-1", r"max_times_sampled='-1': must be >= 0"),
     ("name=a,max_times_sampled=x", r"max_times_sampled='x': must be an integer"),
     ("name=a,seed=-1", r"seed='-1': must be >= 0"),
+    ("name=a,compression=zip", r"compression='zip': must be auto, lz4 or none"),
     ("name=a,seed=s", r"seed='s': must be an integer"),
     ("name=a,rate_limiter=bogus:1", r"rate_limiter='bogus:1': unknown rate "
                                     r"limiter 'bogus'; choose from min_size:N"),

@@ -92,7 +92,7 @@ class UniformWorkload:
     sample: Callable[[int], Any]  # batch_size -> batch
 
 
-def _guard(name: str, build: Callable[[], _W]) -> _W | None:
+def guard(name: str, build: Callable[[], _W]) -> _W | None:
     """Run ``build``; on any failure record the reason and return None."""
     try:
         result = build()
@@ -142,7 +142,7 @@ def cpprb_prioritized(
         return PrioritizedWorkload("cpprb_prioritized", capacity, fill, sample,
                                    rb.update_priorities, rng)
 
-    return _guard("cpprb_prioritized", build)
+    return guard("cpprb_prioritized", build)
 
 
 def torchrl_prioritized(
@@ -177,7 +177,7 @@ def torchrl_prioritized(
         return PrioritizedWorkload("torchrl_prioritized", capacity, fill, sample,
                                    update, rng)
 
-    return _guard("torchrl_prioritized", build)
+    return guard("torchrl_prioritized", build)
 
 
 def tianshou_prioritized(
@@ -211,7 +211,7 @@ def tianshou_prioritized(
         return PrioritizedWorkload("tianshou_prioritized", capacity, fill, sample,
                                    rb.update_weight, rng, setup_seconds=t0 - t_jit)
 
-    return _guard("tianshou_prioritized", build)
+    return guard("tianshou_prioritized", build)
 
 
 def cpprb_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | None:
@@ -229,7 +229,7 @@ def cpprb_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload |
         fill = time.perf_counter() - t0
         return UniformWorkload("cpprb_uniform", capacity, fill, rb.sample)
 
-    return _guard("cpprb_uniform", build)
+    return guard("cpprb_uniform", build)
 
 
 def torchrl_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | None:
@@ -250,7 +250,7 @@ def torchrl_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload
         fill = time.perf_counter() - t0
         return UniformWorkload("torchrl_uniform", capacity, fill, rb.sample)
 
-    return _guard("torchrl_uniform", build)
+    return guard("torchrl_uniform", build)
 
 
 def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | None:
@@ -276,7 +276,7 @@ def sb3_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkload | N
         fill = time.perf_counter() - t0
         return UniformWorkload("sb3_uniform", capacity, fill, rb.sample)
 
-    return _guard("sb3_uniform", build)
+    return guard("sb3_uniform", build)
 
 
 PRIORITIZED: dict[str, Callable[..., PrioritizedWorkload | None]] = {

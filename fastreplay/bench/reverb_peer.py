@@ -75,7 +75,7 @@ import numpy as np
 
 from fastreplay.bench.peers import (  # noqa: F401 (UNAVAILABLE re-exported)
     UNAVAILABLE,
-    _guard,
+    guard,
 )
 from fastreplay.bench.workloads import run_threads
 
@@ -359,7 +359,7 @@ def reverb_writer(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32
                       max_in_flight)
         return ReverbWriter(reverb, data)
 
-    return _guard("reverb_writer", build)
+    return guard("reverb_writer", build)
 
 
 def reverb_threads(frames: list[np.ndarray], item_length: int = 5, seed: int = 0
@@ -374,7 +374,7 @@ def reverb_threads(frames: list[np.ndarray], item_length: int = 5, seed: int = 0
                       seed, frames)
         return ReverbThreads(reverb, data)
 
-    return _guard("reverb_threads", build)
+    return guard("reverb_threads", build)
 
 
 def reverb_structured(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.float32,
@@ -395,7 +395,7 @@ def reverb_structured(obs_shape: tuple[int, ...] = (8,), obs_dtype: Any = np.flo
         data = _Steps(obs_shape, obs_dtype, steps, item_length, seed, frames)
         return ReverbStructured(reverb, data, via, flush_every, episode_steps)
 
-    return _guard(f"reverb_structured_{via}", build)
+    return guard(f"reverb_structured_{via}", build)
 
 
 def reverb_sample(table_size: int = 100_000, batch: int = 256, item_length: int = 5,
@@ -411,7 +411,7 @@ def reverb_sample(table_size: int = 100_000, batch: int = 256, item_length: int 
         steps = _Steps((8,), np.float32, min(table_size, 10_000), item_length, seed)
         return ReverbSampler(reverb, steps, table_size, batch, via, max_in_flight)
 
-    return _guard(f"reverb_sample_{via}", build)
+    return guard(f"reverb_sample_{via}", build)
 
 
 def reverb_sample_dataset(table_size: int = 100_000, batch: int = 256,

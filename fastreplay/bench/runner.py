@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, TextIO, TypeVar
 
-from fastreplay.bench import env, peers, workloads
+from fastreplay.bench import env, hwlimit, peers, workloads
 
 __all__ = ["FULL", "QUICK", "WORKLOADS", "Config", "Result", "Run", "Skipped", "run"]
 
@@ -430,6 +430,14 @@ WORKLOADS = [
              "against a server process (float32[8] steps, one item per step; "
              "sample_batch(256) and priorities from a 1e6-item Prioritized table)",
              ("dm-reverb",), _processes),
+    Workload("per-images", "Prioritized, 100k x uint8[84,84] obs + next_obs: sample "
+             "256 (IS weights)", ("tianshou", "cpprb"), hwlimit.per_images),
+    Workload("add-batch", "add 256 small transitions per call into a full 1e6 "
+             "buffer", ("cpprb",), hwlimit.add_batch),
+    Workload("add-one", "add one small transition into a full 1e6 prioritized "
+             "buffer", ("cpprb",), hwlimit.add_one),
+    Workload("writer-step", "A Reverb user's step (append + a length-5 item of "
+             "three history slices) over a do-nothing writer", (), hwlimit.writer_step),
 ]
 WORKLOAD_NAMES = [w.name for w in WORKLOADS]
 

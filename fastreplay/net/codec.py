@@ -10,6 +10,7 @@ import numpy as np
 
 from fastreplay import _nest, _structures
 from fastreplay._structured_config import TensorSpec
+from fastreplay.chunkers import COMPRESSIONS
 from fastreplay.net.wire import FrameError
 from fastreplay.reverb_types import (
     KeyDistributionOptions,
@@ -90,7 +91,14 @@ def info_to_json(info: TableInfo) -> dict[str, Any]:
                         getattr(s, "name", None)] for s in leaves]},
         "worker_time": _fields(info.table_worker_time),
         **{k: getattr(info, k) for k in _COUNTERS},
+        "compression": info.compression,
     }
+
+
+def _compression_from(value: Any) -> str | None:
+    if value not in COMPRESSIONS:
+        raise FrameError(f"bad table compression {value!r}")
+    return value  # type: ignore[no-any-return]
 
 
 def info_from_json(d: Any) -> TableInfo:
@@ -112,6 +120,7 @@ def info_from_json(d: Any) -> TableInfo:
             max_times_sampled=int(d["max_times_sampled"]),
             rate_limiter_info=RateLimiterInfo(**rl), signature=signature,
             table_worker_time=TableWorkerTime(**d["worker_time"]),
+            compression=_compression_from(d.get("compression", "auto")),
             **{k: int(d[k]) for k in _COUNTERS})
     except FrameError:
         raise

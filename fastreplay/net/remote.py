@@ -348,7 +348,8 @@ class RemoteBackend:
         with self._lock:
             if self._staging is None:
                 self._staging = {
-                    n: Table.queue(n, STAGING_ITEMS, signature=i.signature)
+                    n: Table.queue(n, STAGING_ITEMS, signature=i.signature,
+                                   compression=i.compression)
                     for n, i in infos.items()}
                 self._outbox = Outbox(self, self._staging)
             return self._staging, self._store, self._outbox
