@@ -15,9 +15,12 @@
  * cached chunk is retained (a reference) while cached, so a chunk the
  * table evicts and frees is never read afterwards and its address cannot
  * be reused by a new chunk while an entry names it.  Entries whose chunk
- * only the cache still references can never be hit again and are released
- * by fr_gather_cache_trim (called after every sample_batch releases its
- * items, and before store statistics are read) or fr_gather_cache_clear.
+ * only the cache still references can never be hit again; they are
+ * released when their slot is reused, by fr_gather_cache_trim (called
+ * before store statistics are read, so live_chunks counts what items and
+ * writers hold) or fr_gather_cache_clear.  So after items are deleted, up
+ * to FR_GATHER_CACHE_BUDGET decoded bytes and as many compressed chunks per
+ * slot stay allocated until then.
  * A call that finds the pool busy with another sampler's batch uses a
  * private per-call cache instead (pool.h, slot -1).
  *
