@@ -6,14 +6,21 @@
 
 #include "pool.h"
 
-/* A batch goes to the pool only when its work pays for waking workers (a
- * futex wake, tens of microseconds on a busy VM).  Measured on this 2-core
- * VM (scratch bench gather_threshold.py: sample_batch of n one-step items,
- * pool at 1 vs 2 threads, paired medians of 7 rounds): see POOL_MIN_* notes
- * in the report of issue 13 part 2; LZ4 rows of uint8[84,84] break even
- * near 16 items (~110 KB decoded), raw rows near 96 items (~700 KB). */
-#define POOL_MIN_DECODE_BYTES ((int64_t)128 << 10)
-#define POOL_MIN_RAW_BYTES ((int64_t)1 << 20)
+/* A batch goes to the pool only when its work may pay for waking workers.
+ * Measured on this 2-core VM while other jobs kept it busy (load 2.4-3.5;
+ * scratch script threshold.py: ReplayBuffer.sample(n) of uint8[84,84] rows,
+ * pool at 1 vs 2 threads with every batch sent to the pool, paired medians
+ * of 7 rounds), 2 threads / 1 thread time: LZ4 n=4 (28 KB decoded) 0.60,
+ * n=32 (220 KB) 0.80, n=64 (441 KB) 0.91, n=128 (882 KB) 0.86, n=256
+ * (1.7 MB) 0.85; raw n=128 1.00, n=256 0.99.  Waking a worker cost ~12 us
+ * and, with the other core busy, the second thread rarely ran in parallel,
+ * so the pool never won there; LZ4 decode is ~50% of a 256-image batch on
+ * one core (perf), the part a free core takes.  Hence only large decodes
+ * (>= 1 MiB, a batch of ~75 images) go to the pool, and raw copies, which
+ * are bound by memory rather than by a core, only when they are very large
+ * (>= 8 MiB, e.g. 256 length-5 items of stacked frames). */
+#define POOL_MIN_DECODE_BYTES ((int64_t)1 << 20)
+#define POOL_MIN_RAW_BYTES ((int64_t)8 << 20)
 /* Shares per thread: claimed dynamically, so a thread that wakes late or is
  * descheduled leaves its shares to the others. */
 #define SHARES_PER_THREAD 4
