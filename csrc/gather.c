@@ -170,22 +170,42 @@ int fr_gather_batch(const fr_gather_job *job, int32_t *failed) {
     return atomic_load(&x.rc);
 }
 
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (fr_chunk *const *)a, y = (uintptr_t) * (fr_chunk *const *)b;
+    return x < y ? -1 : x > y;
+}
+
 void fr_gather_cache_trim(void) {
     if (atomic_load_explicit(&held_total, memory_order_relaxed) == 0) return;
     if (!fr_pool_try_acquire()) return;
-    for (int i = 0; i < FR_POOL_MAX_THREADS; i++) {
+    size_t n = 0, cap = (size_t)atomic_load(&held_total), dead = 0;
+    fr_chunk **all = malloc(cap * sizeof *all);
+    for (int i = 0; all && i < FR_POOL_MAX_THREADS; i++)
+        for (int32_t h = 0; caches[i].held && h < caches[i].slots; h++)
+            if (caches[i].held[h] && n < cap) all[n++] = caches[i].held[h];
+    if (all) qsort(all, n, sizeof *all, cmp_ptr);
+    /* Several slots may hold one chunk: it is referenced only by caches when
+     * its count equals its number of entries.  Those chunks, first decided
+     * for all (releasing changes the counts), go to the front of `all`. */
+    for (size_t lo = 0, hi; all && lo < n; lo = hi) {
+        for (hi = lo + 1; hi < n && all[hi] == all[lo];) hi++;
+        if (atomic_load_explicit(&all[lo]->refs, memory_order_acquire) ==
+            (int64_t)(hi - lo))
+            all[dead++] = all[lo];
+    }
+    for (int i = 0; dead && i < FR_POOL_MAX_THREADS; i++) {
         slot_cache *sc = &caches[i];
         fr_gather_key *keys = (fr_gather_key *)sc->mem;
         for (int32_t h = 0; sc->held && h < sc->slots; h++) {
             fr_chunk *k = sc->held[h];
-            if (!k || atomic_load_explicit(&k->refs, memory_order_acquire) != 1)
-                continue;
+            if (!k || !bsearch(&k, all, dead, sizeof *all, cmp_ptr)) continue;
             keys[h].chunk = NULL;
             sc->held[h] = NULL;
-            fr_chunk_release(k);
+            fr_chunk_release(k); /* the last holder frees it */
             atomic_fetch_sub(&held_total, 1);
         }
     }
+    free(all);
     fr_pool_release();
 }
 

@@ -157,18 +157,22 @@ def test_cache_never_serves_evicted_chunks(threads: int, chunk: int) -> None:
     assert store.stats()["live_chunks"] == 0
 
 
-def test_cache_reuses_decoded_rows_across_batches() -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cache_reuses_decoded_rows_across_batches(threads: int) -> None:
     """Consecutive batches of one small table hit the persistent cache: it
     holds chunks between calls while the table references them, and lets
-    them go once the table does not."""
-    _core._gather_threads(1)
+    them go once the table does not, also when several threads' caches hold
+    the same chunk (each holds a reference: a chunk is only cached when its
+    count equals its number of cache entries)."""
+    _core._gather_threads(threads, always=threads > 1)
     gc.collect()  # earlier tests' tables
     _core._gather_cache(clear=True)
     table = filled_table(4, 3)
     table.sample_batch(64, timeout=5.0)
     assert _core._gather_cache() > 0
-    _, columns, _ = table.sample_batch(64, timeout=5.0)
-    check_columns(columns, 3)
+    for _ in range(10):  # with 2 threads, both caches end up with most chunks
+        _, columns, _ = table.sample_batch(64, timeout=5.0)
+        check_columns(columns, 3)
     table.reset()
     gc.collect()
     assert _core._gather_cache() == 0
