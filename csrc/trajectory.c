@@ -1,5 +1,7 @@
 #include "trajectory.h"
 
+#include "frames.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,10 +321,59 @@ static int gather_raw(fr_trajectory *const *ts, int64_t n, int32_t col,
     return 1;
 }
 
+/* fr_trajectories_gather of a FR_ROWS_LAST_AXIS column (frame stacks): each
+ * item's rows interleaved on a new last axis.  Raw rows are read in place;
+ * a compressed row is copied out of the decode cache at once (the next
+ * row's chunk may take its cache slot). */
+static int gather_last_axis(fr_trajectory *const *ts, int64_t n, int32_t col,
+                            unsigned char *out, int64_t stride, void *cache,
+                            int64_t each, int32_t slots) {
+    enum { INLINE = 16, AHEAD = 4 };
+    const fr_traj_column *c0 = &ts[0]->columns[col];
+    int32_t k = c0->length;
+    int64_t row_bytes = c0->spec->row_bytes, itemsize = c0->spec->itemsize;
+    const unsigned char *inline_planes[INLINE];
+    const unsigned char **planes = inline_planes;
+    unsigned char *copies = NULL; /* k rows for compressed ones */
+    if (k > INLINE && !(planes = malloc((size_t)k * sizeof *planes))) return FR_ENOMEM;
+    int rc = FR_OK;
+    for (int64_t b = 0; b < n && b < AHEAD; b++) prefetch_rows(ts[b], col);
+    for (int64_t b = 0; b < n && rc == FR_OK; b++) {
+        if (b + AHEAD < n) prefetch_rows(ts[b + AHEAD], col);
+        const fr_traj_column *c = &ts[b]->columns[col];
+        int32_t j = 0;
+        for (int32_t i = 0; i < c->n_slices && rc == FR_OK; i++) {
+            const fr_slice *s = &ts[b]->slices[c->first_slice + i];
+            const unsigned char *rows = cached_rows(s->chunk, cache, each, slots,
+                                                    s->offset + s->length);
+            if (!rows) rc = FR_ECORRUPT;
+            for (int32_t r = 0; rows && r < s->length; r++, j++) {
+                planes[j] = rows + (int64_t)(s->offset + r) * row_bytes;
+                if (!s->chunk->compressed) continue;
+                if (!copies && !(copies = malloc((size_t)(k * row_bytes)))) {
+                    rc = FR_ENOMEM;
+                    break;
+                }
+                memcpy(copies + j * row_bytes, planes[j], (size_t)row_bytes);
+                planes[j] = copies + j * row_bytes;
+            }
+        }
+        if (rc == FR_OK)
+            fr_frames_interleave(out + b * stride, planes, k, row_bytes / itemsize,
+                                 (int32_t)itemsize);
+    }
+    if (planes != inline_planes) free(planes);
+    free(copies);
+    return rc;
+}
+
 int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
                            void *out, int64_t item_stride, void *cache,
                            int64_t cache_bytes_each, int32_t cache_slots) {
     unsigned char *base = out;
+    if (n > 0 && ts[0]->columns[col].squeeze == FR_ROWS_LAST_AXIS)
+        return gather_last_axis(ts, n, col, base, item_stride, cache, cache_bytes_each,
+                                cache_slots);
     if (gather_raw(ts, n, col, base, item_stride)) return FR_OK;
     enum { AHEAD = 8 }; /* rows are random reads: keep several in flight */
     /* Three dependent random reads per item, each prefetched AHEAD items

@@ -50,6 +50,11 @@ typedef struct fr_slice {
     int32_t length;
 } fr_slice;
 
+/* fr_traj_column.squeeze: 0 rows [length, *shape]; 1 the one row, shape;
+ * FR_ROWS_LAST_AXIS the rows stacked on a new last axis, [*shape, length]
+ * (frame stacks, frames.h). */
+#define FR_ROWS_LAST_AXIS 2
+
 typedef struct fr_traj_column {
     const fr_spec *spec; /* interned (fr_spec_intern) */
     int32_t first_slice;

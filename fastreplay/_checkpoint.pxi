@@ -40,6 +40,12 @@ cdef class ChunkHandle:
         return PyBytes_FromStringAndSize(<char *>self._c.data, self._c.stored_bytes)
 
 
+cdef object _layout(int32_t squeeze):
+    """A column's squeeze flag as exported: False, True or FR_ROWS_LAST_AXIS
+    (a frame stack, csrc/frames.h)."""
+    return squeeze if squeeze == FR_ROWS_LAST_AXIS else bool(squeeze)
+
+
 cdef tuple _spec_tuple(const fr_spec *s):
     return (chr(s.dtype), s.itemsize, _shape_of(s))
 
@@ -80,7 +86,7 @@ def export_items(TableCore table not None) -> tuple:
                             fr_chunk_retain(s.chunk)
                             chunks[cid] = ChunkHandle.adopt(s.chunk)
                         slices.append((cid, s.offset, s.length))
-                    columns.append((_spec_tuple(c.spec), bool(c.squeeze), slices))
+                    columns.append((_spec_tuple(c.spec), _layout(c.squeeze), slices))
             items.append((buf[i].key, buf[i].priority, buf[i].times_sampled,
                           columns if t != NULL else None,
                           t.structure_id if t != NULL else 0))
@@ -157,6 +163,8 @@ cdef fr_trajectory *_build_trajectory(uint64_t key, columns, dict chunks,
         try:
             spec, squeeze, slices = column
             kind, itemsize, shape = spec
+            if squeeze not in (False, True, FR_ROWS_LAST_AXIS):  # 0, 1 or stacked
+                raise ValueError
             shape = tuple(shape)
         except (TypeError, ValueError):
             raise errors.DataLossError(f"item {key}: column {ci} is malformed") from None
@@ -192,7 +200,7 @@ cdef fr_trajectory *_build_trajectory(uint64_t key, columns, dict chunks,
                     f"chunk {h._c.key}")
             rows += length
             n_slices += 1
-        if rows < 1 or rows >= 2**31 or (squeeze and rows != 1):
+        if rows < 1 or rows >= 2**31 or (squeeze == 1 and rows != 1):
             raise errors.DataLossError(f"item {key}: column {ci} has {rows} rows"
                                        + (" but is squeezed" if squeeze else ""))
     if not 0 < len(columns) < 2**31 or n_slices >= 2**31:
@@ -208,7 +216,7 @@ cdef fr_trajectory *_build_trajectory(uint64_t key, columns, dict chunks,
         for spec, squeeze, slices in columns:
             kind, itemsize, shape = spec
             c = &t.columns[ci2]
-            c.squeeze = bool(squeeze)
+            c.squeeze = int(squeeze)
             memset(&sp, 0, sizeof(sp))
             sp.dtype = ord(kind)
             sp.itemsize = itemsize

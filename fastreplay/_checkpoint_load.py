@@ -36,7 +36,7 @@ MARKER_TEXT = "fastreplay checkpoint\n"
 CHUNK = struct.Struct("<QQQqqqiiq")
 # key priority times_sampled n_columns (0xFFFFFFFF: no data) structure index
 ITEM = struct.Struct("<QdqII")
-COLUMN = struct.Struct("<IBI")  # spec index, squeeze, n_slices
+COLUMN = struct.Struct("<IBI")  # spec index, squeeze (2: a frame stack), n_slices
 SLICE = struct.Struct("<Qii")  # chunk id, offset, length
 NO_DATA = 0xFFFFFFFF
 
@@ -411,7 +411,8 @@ def _read_items(folder: _Folder, entry: Mapping[str, Any], chunks: Mapping[int, 
             for _ in range(n_cols):
                 index, squeeze, n_slices = COLUMN.unpack_from(data, at)
                 at += COLUMN.size
-                if squeeze not in (0, 1) or n_slices > (len(data) - at) // SLICE.size:
+                if (squeeze not in (0, 1, 2)
+                        or n_slices > (len(data) - at) // SLICE.size):
                     raise errors.DataLossError(f"{where}: item {key} declares "
                                                f"{n_slices} slices")
                 slices = []
@@ -421,7 +422,8 @@ def _read_items(folder: _Folder, entry: Mapping[str, Any], chunks: Mapping[int, 
                     if cid not in chunks:
                         raise errors.DataLossError(f"{where}: unknown chunk {cid}")
                     slices.append((cid, offset, length))
-                columns.append((specs[index], bool(squeeze), slices))
+                layout = squeeze if squeeze == 2 else bool(squeeze)  # 2: stacked
+                columns.append((specs[index], layout, slices))
             items.append((key, priority, times, columns, sid))
     except (struct.error, IndexError) as exc:
         raise errors.DataLossError(f"{where}: corrupt item records ({exc})") from exc

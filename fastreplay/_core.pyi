@@ -56,6 +56,33 @@ def insert_row(
     timeout: float | None = None,
 ) -> bool: ...
 
+@disjoint_base
+class FrameStream:
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def stacked(self) -> bool: ...
+    @property
+    def frames(self) -> int: ...
+    def __new__(cls, example: Any, stacked: bool = False,
+                compression: int = ...) -> FrameStream: ...
+    def reset(self) -> None: ...
+
+def insert_frame_rows(
+    table: TableCore,
+    store: ChunkStore,
+    names: list[str],
+    values: list[Any],
+    streams: list[FrameStream | None],
+    keys: npt.ArrayLike,
+    priorities: npt.ArrayLike,
+    chunk_key: int,
+    timeout: float | None = None,
+    compression: list[int] | None = None,
+) -> int: ...
+
 COMPRESSION_AUTO: int
 COMPRESSION_NONE: int
 COMPRESSION_LZ4: int

@@ -227,6 +227,7 @@ cdef extern from "trajectory.h" nogil:
         pass
     enum:
         FR_MAX_NDIM
+        FR_ROWS_LAST_AXIS
     ctypedef struct fr_spec:
         int32_t dtype
         int32_t itemsize
@@ -367,6 +368,22 @@ cdef extern from "rows.h" nogil:
                        int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
     int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
                                  int64_t n_rows, int32_t compression)
+
+
+cdef extern from "frames.h" nogil:
+    ctypedef struct fr_frames:
+        pass
+    fr_frames *fr_frames_new(const fr_spec *value, int stacked, int32_t compression)
+    void fr_frames_free(fr_frames *f)
+    int32_t fr_frames_k(const fr_frames *f)
+    void fr_frames_reset(fr_frames *f)
+    int fr_insert_frame_rows(fr_table *t, fr_store *store, int32_t n_cols,
+                             const fr_spec *specs, const void *const *cols,
+                             fr_frames *const *streams, int64_t n_rows,
+                             const uint64_t *keys, const double *priorities,
+                             const fr_chunker_options *opt,
+                             const int32_t *compression, uint64_t chunk_key,
+                             int64_t timeout_ns, int64_t *n_done, int64_t *bad_index)
 
 
 cdef extern from "structured.h" nogil:

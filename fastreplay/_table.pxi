@@ -107,6 +107,8 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
                 continue
             shape, dtype = _spec_info(first.spec)
             full = (n,) + (() if first.squeeze else (first.length,)) + shape
+            if first.squeeze == FR_ROWS_LAST_AXIS:  # a frame stack
+                full = (n,) + shape + (first.length,)
             size = dtype.itemsize * math.prod(full)
             at = (at + 63) // 64 * 64
             if target is not None and 0 <= at and at + size <= target.size:
@@ -203,6 +205,9 @@ cdef class SampledTrajectory:
                 with nogil:
                     rc = fr_trajectory_read_column(self._t, i, &ov[0], &sv[0])
                 _raise_for_status(rc, f"column {i}")
+            if c.squeeze == FR_ROWS_LAST_AXIS:  # a frame stack
+                out.append(np.ascontiguousarray(np.moveaxis(arr, 0, -1)))
+                continue
             out.append(arr[0, ...] if c.squeeze else arr)
         return out
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _core, rate_limiters, selectors
+from fastreplay._frames import FrameFields, field_names
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -49,11 +50,22 @@ class ReplayBuffer:
         more), ``'lz4'`` or None (raw: sampling copies rows without
         decoding, the fastest for images that do not compress); a dict gives
         it per field (fields it does not name are ``'auto'``).
+    next_of : str or sequence of str, optional
+        cpprb's ``next_of``: for each name ``x`` the transitions carry ``x``
+        and ``next_x``, stored as one stream of frames, so ``next_x`` of a
+        step that is ``x`` of the next one is stored once (episode starts
+        are detected by comparing values: ``on_episode_end`` is optional).
+    stack_compress : str or sequence of str, optional
+        cpprb's ``stack_compress``: fields (and their ``next_`` fields)
+        whose last axis is a stack of frames sliding by one per step; each
+        frame is stored once and ``sample`` rebuilds the stacks.
     """
 
     def __init__(self, capacity: int, *, alpha: float | None = None,
                  seed: int | None = None, min_size: int = 1,
-                 compression: str | None | Mapping[str, str | None] = "auto") -> None:
+                 compression: str | None | Mapping[str, str | None] = "auto",
+                 next_of: str | Sequence[str] | None = None,
+                 stack_compress: str | Sequence[str] | None = None) -> None:
         if isinstance(compression, Mapping):
             self._compression = {str(k): compression_mode(v, f"field {k!r}")
                                  for k, v in compression.items()}
@@ -78,6 +90,12 @@ class ReplayBuffer:
         self._plan: Any = None
         self._paths: list[str] = []
         self._field_set: set[str] = set()
+        # next_of / stack_compress: fields stored as frame streams (_frames)
+        nexts = field_names(next_of, "next_of")
+        stacks = field_names(stack_compress, "stack_compress")
+        self._frames = (FrameFields(nexts, stacks, self._compression,
+                                    self._default_compression)
+                        if nexts or stacks else None)
 
     @property
     def capacity(self) -> int:
@@ -123,6 +141,9 @@ class ReplayBuffer:
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
         """Add N transitions at once: every field has a leading axis N."""
+        if self._frames is not None:
+            self._add_frames(priorities, timeout, transitions)
+            return
         names = sorted(transitions)
         if not names:
             raise ValueError("add needs at least one field")
@@ -170,6 +191,35 @@ class ReplayBuffer:
         # Only a successful insert raises the default priority.
         if priorities is not None and len(prios):
             self._max_priority = max(self._max_priority, float(prios.max()))
+
+    def _add_frames(self, priorities: npt.ArrayLike | None, timeout: float | None,
+                    transitions: dict[str, Any]) -> None:
+        """add_batch with frame streams (next_of / stack_compress)."""
+        frames = self._frames
+        assert frames is not None
+        if not transitions:
+            raise ValueError("add needs at least one field")
+        n = len(np.asarray(next(iter(transitions.values()))))
+        if priorities is None:
+            prios = np.full(n, self._max_priority if self._prioritized else 1.0)
+        else:
+            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        with frames.lock:  # the streams see the batches in order
+            with self._lock:
+                keys = np.arange(self._next_key, self._next_key + n, dtype=np.uint64)
+                self._next_key += n
+                chunk_key = self._chunk_keys
+                self._chunk_keys = (chunk_key + frames.chunk_keys(
+                    n, transitions)) % 2**64
+            frames.insert(self._table._core, self._store, transitions, keys, prios,
+                          chunk_key, timeout)
+            self._fields = frames.columns
+        if priorities is not None and len(prios):
+            self._max_priority = max(self._max_priority, float(prios.max()))
+
+    def on_episode_end(self) -> None:
+        """cpprb's episode-end call, accepted for drop-in use; nothing to do
+        (episode starts are found by comparing values)."""
 
     def sample(self, batch_size: int, beta: float = 0.4, *,
                timeout: float | None = None) -> dict[str, np.ndarray]:
