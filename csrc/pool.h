@@ -36,8 +36,8 @@
 typedef void (*fr_pool_fn)(void *arg, int share, int slot);
 
 /* Run fn over `shares` shares as described above; returns when all are
- * done.  Returns the number of threads that took part (1 when the caller
- * ran every share). */
+ * done.  Returns the number of threads the job was offered to (1 when the
+ * caller ran every share; workers that wake late may find none left). */
 int fr_pool_run(fr_pool_fn fn, void *arg, int shares);
 
 /* Threads a job may use (the caller included): the override, else the
