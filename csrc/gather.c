@@ -14,8 +14,10 @@
  * n=32 (220 KB) 0.80, n=64 (441 KB) 0.91, n=128 (882 KB) 0.86, n=256
  * (1.7 MB) 0.85; raw n=128 1.00, n=256 0.99.  Waking a worker cost ~12 us
  * and, with the other core busy, the second thread rarely ran in parallel,
- * so the pool never won there; LZ4 decode is ~50% of a 256-image batch on
- * one core (perf), the part a free core takes.  Hence only large decodes
+ * so the pool never won there.  With the other core free, a 256-image
+ * batch (3.6 MB decoded) ran 1.46x faster on 2 threads (ReplayBuffer.sample,
+ * 2294 -> 3353 batches/s, 9 rounds); LZ4 decode is most of it (perf: 62% of
+ * both threads' samples).  Hence only large decodes
  * (>= 1 MiB, a batch of ~75 images) go to the pool, and raw copies, which
  * are bound by memory rather than by a core, only when they are very large
  * (>= 8 MiB, e.g. 256 length-5 items of stacked frames). */
