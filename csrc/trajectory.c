@@ -222,6 +222,20 @@ static const unsigned char *cached_rows(const fr_chunk *c, void *cache, int64_t 
     return slot;
 }
 
+/* 1 when slice s is the one row of a compressed one-row chunk (what
+ * ReplayBuffer stores for compressed fields) that the cache does not hold:
+ * decoding it straight into the output saves the copy out of the cache
+ * (~17% of sampling such image rows under perf).  Chunks of several rows
+ * still go through the cache: overlapping items share them. */
+static inline int whole_miss(const fr_slice *s, void *cache, int32_t slots) {
+    const fr_chunk *c = s->chunk;
+    if (!c->compressed || c->n_rows != 1 || s->length != 1) return 0;
+    if (slots <= 0) return 1;
+    const fr_gather_key *keys = cache;
+    size_t h = (size_t)((c->key * 0x9e3779b97f4a7c15ULL) >> 32) % (size_t)slots;
+    return keys[h].chunk != c;
+}
+
 int fr_trajectories_check(fr_trajectory *const *ts, int64_t n, int64_t *scratch,
                           int32_t *bad_column) {
     enum { AHEAD = 8 }; /* the records are random reads: keep some in flight */
@@ -384,10 +398,17 @@ int fr_trajectories_gather(fr_trajectory *const *ts, int64_t n, int32_t col,
         unsigned char *dst = base + b * item_stride;
         for (int32_t i = 0; i < c->n_slices; i++) {
             const fr_slice *s = &ts[b]->slices[c->first_slice + i];
+            size_t bytes = (size_t)s->length * (size_t)s->chunk->row_bytes;
+            if (whole_miss(s, cache, cache_slots)) { /* decode straight to dst */
+                int32_t decoded;
+                if (!fr_chunk_rows_upto(s->chunk, dst, s->length, &decoded))
+                    return FR_ECORRUPT;
+                dst += bytes;
+                continue;
+            }
             const unsigned char *rows = cached_rows(s->chunk, cache, cache_bytes_each,
                                                     cache_slots, s->offset + s->length);
             if (!rows) return FR_ECORRUPT;
-            size_t bytes = (size_t)s->length * (size_t)s->chunk->row_bytes;
             memcpy(dst, rows + (int64_t)s->offset * s->chunk->row_bytes, bytes);
             dst += bytes;
         }

@@ -53,6 +53,7 @@ cdef class ChunkStore:
 
     def stats(self) -> dict:
         cdef int64_t out[3]
+        fr_gather_cache_trim()  # chunks only the decode cache still holds
         fr_store_stats(self._s, out)
         return {"live_chunks": out[0], "stored_bytes": out[1], "raw_bytes": out[2]}
 

@@ -193,6 +193,30 @@ def _handoff_cores() -> int:
     return fr_handoff_cores()
 
 
+def _gather_threads(n=None, always=None) -> int:
+    """Threads sample_batch's gather may use (csrc/pool.h); with ``n``, set
+    it first (0: back to FASTREPLAY_GATHER_THREADS or the CPU quota); with
+    ``always``, whether every batch of two or more items goes to the pool,
+    however small (tests).  For tests and benchmarks."""
+    if n is not None:
+        if not 0 <= n <= 64:
+            raise ValueError(f"gather threads ({n}) must be in [0, 64]")
+        fr_pool_set_threads(n)
+    if always is not None:
+        fr_gather_set_flags(FR_GATHER_ALWAYS_POOL if always else 0)
+    return fr_pool_threads()
+
+
+def _gather_cache(clear: bool = False) -> int:
+    """Chunks the gather's decode caches hold (csrc/gather.h), after
+    releasing the ones only the cache references; with ``clear``, drop them
+    all first (unless a batch is being gathered)."""
+    if clear:
+        fr_gather_cache_clear()
+    fr_gather_cache_trim()
+    return fr_gather_cache_held()
+
+
 cdef class SumTree:
     """SumTree(capacity)
 

@@ -283,6 +283,28 @@ cdef extern from "traj_bulk.h" nogil:
                                             int64_t n) noexcept nogil
 
 
+cdef extern from "pool.h" nogil:
+    int fr_pool_threads()
+    void fr_pool_set_threads(int n)
+
+
+cdef extern from "gather.h" nogil:
+    ctypedef struct fr_gather_job:
+        fr_trajectory *const *ts
+        int64_t n
+        int32_t n_cols
+        void *const *outs
+        const int64_t *strides
+        int64_t most
+    int fr_gather_batch(const fr_gather_job *job, int32_t *failed)
+    void fr_gather_cache_trim()
+    int fr_gather_cache_clear()
+    int64_t fr_gather_cache_held()
+    void fr_gather_set_flags(int flags)
+    enum:
+        FR_GATHER_ALWAYS_POOL
+
+
 cdef extern from "column.h" nogil:
     ctypedef struct fr_chunker_options:
         int32_t max_chunk_length

@@ -55,39 +55,17 @@ _ITEMS_DTYPE = np.dtype([("key", np.uint64), ("priority", np.float64),
                          ("has_data", np.bool_)])
 
 
-DEF _CACHE_SLOTS = 16
-# Decoded chunks the gather keeps at most (bytes over all slots, one slot at
-# least): fewer slots for chunks of large raw size.
-DEF _CACHE_BUDGET = 64 << 20
-
-
-cdef struct _GatherJob:
-    fr_trajectory **ts
-    int64_t n
-    int32_t n_cols
-    void **outs
-    int64_t *strides     # 0: a column decoded with the GIL (strings)
-    unsigned char *cache
-    int64_t most
-    int32_t slots
-    int32_t failed       # the column that failed, or -1
+cdef struct _GatherCall:
+    fr_gather_job job
+    int32_t failed
 
 
 cdef int _gather_columns(void *arg) noexcept nogil:
-    """Copy every fixed-size column of a _GatherJob, one after the other."""
-    cdef _GatherJob *j = <_GatherJob *>arg
-    cdef int32_t c
-    cdef int rc
-    for c in range(j.n_cols):
-        if j.strides[c] == 0:
-            continue
-        memset(j.cache, 0, j.slots * sizeof(fr_gather_key))  # other columns' chunks
-        rc = fr_trajectories_gather(j.ts, j.n, c, j.outs[c], j.strides[c], j.cache,
-                                    j.most, j.slots)
-        if rc != FR_OK:
-            j.failed = c
-            return rc
-    return FR_OK
+    """Copy every fixed-size column of an fr_gather_job (csrc/gather.h: on
+    the worker pool when the batch is large enough); the failing column is
+    set in ``failed``."""
+    cdef _GatherCall *g = <_GatherCall *>arg
+    return fr_gather_batch(&g.job, &g.failed)
 
 
 cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
@@ -100,7 +78,7 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
     cdef int64_t most = 0
     cdef int32_t c, n_cols, bad = -1
     cdef fr_traj_column *first
-    cdef _GatherJob job
+    cdef _GatherCall call
     cdef int rc = fr_trajectories_check(ts, n, &most, &bad)
     if rc == FR_EEMPTY:
         raise ValueError(f"Table '{table}' holds items without data "
@@ -116,15 +94,10 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
     columns, squeeze = [], []
     cdef void **outs = <void **>malloc(max(n_cols, 1) * sizeof(void *))
     cdef int64_t *strides = <int64_t *>malloc(max(n_cols, 1) * sizeof(int64_t))
-    cdef int32_t slots = _CACHE_SLOTS
-    if most > 0 and most * _CACHE_SLOTS > _CACHE_BUDGET:
-        slots = max(1, _CACHE_BUDGET // most)
-    cdef size_t cache_n = slots * (sizeof(fr_gather_key) + most) + 8
-    cdef unsigned char *cache = <unsigned char *>malloc(cache_n)
     target = out  # a writable uint8 array or None
     cdef Py_ssize_t at = offset, size
     try:
-        if not outs or not strides or not cache:
+        if not outs or not strides:
             raise MemoryError()
         for c in range(n_cols):  # allocate with the GIL ...
             first = &ts[0].columns[c]
@@ -147,13 +120,14 @@ cdef tuple _gather(fr_trajectory **ts, int64_t n, str table, object out=None,
             outs[c], strides[c] = _data_of(column), column.nbytes // n
             columns.append(column)
             squeeze.append(bool(first.squeeze))
-        job = _GatherJob(ts, n, n_cols, outs, strides, cache, most, slots, -1)
-        rc = _run_gil_free(_gather_columns, &job)  # ... and copy without it
-        c = job.failed
+        call.job.ts, call.job.n, call.job.n_cols = ts, n, n_cols
+        call.job.outs, call.job.strides, call.job.most = outs, strides, most
+        call.failed = -1
+        rc = _run_gil_free(_gather_columns, &call)  # ... and copy without it
         if rc != FR_OK:
-            _raise_for_status(rc, f"table '{table}', column {c}")
+            _raise_for_status(rc, f"table '{table}', column {call.failed}")
     finally:
-        free(outs); free(strides); free(cache)
+        free(outs); free(strides)
     return columns, squeeze
 
 
