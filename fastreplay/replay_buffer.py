@@ -106,6 +106,12 @@ class ReplayBuffer:
         return self._table
 
     @property
+    def chunk_store(self) -> _core.ChunkStore:
+        """The store of this buffer's chunks (``stats()``: stored and raw
+        bytes)."""
+        return self._store
+
+    @property
     def info(self) -> TableInfo:
         return self._table.info
 

@@ -11,6 +11,10 @@ the peers in one run:
   256), prioritized and uniform, against cpprb's ``add`` of 256 rows.
 * ``add-one``: ``ReplayBuffer.add`` of one such transition (prioritized)
   against cpprb's ``add`` of one.
+* ``frames``: each frame once: 4-stacked noise-like frames with
+  ``next_obs`` in ``ReplayBuffer(next_of='obs', stack_compress='obs')``
+  against the same buffer storing whole stacks and cpprb's ``stack_compress``
+  (stored bytes per step, sample 256).
 * ``writer-step``: the loop of a Reverb user (append {observation:
   float32[8], action, reward}, then an item of three ``history[...][-5:]``
   slices) with fastreplay's TrajectoryWriter and with a do-nothing writer,
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import fastreplay
-from fastreplay import rate_limiters, selectors
+from fastreplay import _core, rate_limiters, selectors
 from fastreplay.bench import peers, workloads
 
 if TYPE_CHECKING:
@@ -105,14 +109,20 @@ def _cpprb_images(n: int) -> Callable[[], Any]:
 def per_images(cfg: Config, rec: _Recorder) -> None:
     name, n = "per-images", min(IMAGES, cfg.capacity)
     rounds, inner = cfg.rounds, max(1, cfg.inner // 5)
-    for variant, compression, base in (("ReplayBuffer(compression=None)", None, True),
-                                       ("ReplayBuffer(compression='lz4')", "lz4",
-                                        False)):
-        fn = _fastreplay_images(n, compression)
-        rec.time(name, "fastreplay", variant, fn, rounds, inner=inner,
-                 per="batch of 256", baseline=base, kind="fastreplay" if base
-                 else "variant")
-        del fn
+    fn = _fastreplay_images(n, None)
+    rec.time(name, "fastreplay", "ReplayBuffer(compression=None)", fn, rounds,
+             inner=inner, per="batch of 256", baseline=True)
+    fn = _fastreplay_images(n, "lz4")
+    default = _core._gather_threads()
+    try:  # one core's decode rate, then every core's
+        _core._gather_threads(1)
+        rec.time(name, "fastreplay", "ReplayBuffer(compression='lz4'), 1 gather "
+                 "thread", fn, rounds, inner=inner, per="batch of 256", kind="variant")
+    finally:
+        _core._gather_threads(0)
+    rec.time(name, "fastreplay", f"ReplayBuffer(compression='lz4'), {default} gather "
+             "threads", fn, rounds, inner=inner, per="batch of 256", kind="variant")
+    del fn
     for library, build in (("tianshou", _tianshou_images), ("cpprb", _cpprb_images)):
         variant = "PrioritizedReplayBuffer"
         key = f"{name}-{library}"
@@ -127,6 +137,69 @@ def _guarded(key: str, build: Callable[[int], Callable[..., Any]], n: int
              ) -> Callable[..., Any] | None:
     """``build(n)``, or None with the reason in ``peers.UNAVAILABLE[key]``."""
     return peers.guard(key, lambda: build(n))
+
+
+# ----- frames -----
+
+FRAME_EPISODE = 500
+
+
+def noise_episodes(steps: int, seed: int = 0) -> Any:
+    """(obs, next_obs, done) of 4-stacked noise-like uint8[84,84] frames (no
+    compression helps); an episode starts with its first frame repeated."""
+    rng = np.random.default_rng(seed)
+    stack: list[np.ndarray] = []
+    for t in range(steps):
+        if t % FRAME_EPISODE == 0:
+            stack = [rng.integers(0, 256, (84, 84), dtype=np.uint8)] * 4
+        obs = np.stack(stack, -1)
+        stack = stack[1:] + [rng.integers(0, 256, (84, 84), dtype=np.uint8)]
+        yield obs, np.stack(stack, -1), (t + 1) % FRAME_EPISODE == 0
+
+
+def _frames_buffer(steps: int, frames: bool) -> fastreplay.ReplayBuffer:
+    kw: dict[str, Any] = {"next_of": "obs", "stack_compress": "obs"} if frames else {}
+    rb = fastreplay.ReplayBuffer(steps, seed=0, compression=None, **kw)
+    for obs, nxt, done in noise_episodes(steps):
+        rb.add(obs=obs, next_obs=nxt, act=0, rew=0.0, done=done)
+    return rb
+
+
+def _cpprb_frames(steps: int) -> Callable[[], Any]:
+    import cpprb
+
+    env = {"obs": {"shape": (84, 84, 4), "dtype": np.uint8}, "act": {}, "rew": {},
+           "done": {}}
+    rb = cpprb.ReplayBuffer(steps, env, next_of="obs", stack_compress="obs")
+    for obs, nxt, done in noise_episodes(steps):
+        rb.add(obs=obs, next_obs=nxt, act=0, rew=0.0, done=done)
+        if done:
+            rb.on_episode_end()
+    return lambda: rb.sample(256)
+
+
+def frames(cfg: Config, rec: _Recorder) -> None:
+    from fastreplay.bench.runner import Result
+
+    name, steps = "frames", min(cfg.capacity, 10_000)
+    rounds, inner = cfg.rounds, max(1, cfg.inner // 5)
+    payload = 2 * 84 * 84 * 4  # obs + next_obs as stacks
+    for variant, stacked, base in (("next_of + stack_compress", True, True),
+                                   ("stacks stored whole", False, False)):
+        rb = _frames_buffer(steps, stacked)
+        stored = rb.chunk_store.stats()["stored_bytes"] / steps
+        rec.add(Result(name, "fastreplay", f"{variant}: stored", stored, "B",
+                       "step", 1, "fastreplay" if base else "variant", base))
+        rec.time(name, "fastreplay", f"{variant}: sample 256",
+                 partial(rb.sample, 256), rounds, inner=inner, per="batch of 256")
+        del rb
+    rec.add(Result(name, "uncompressed", "next_of + stack_compress: stored",
+                   payload, "B", "step", 1, kind="reference"))
+    key = f"{name}-cpprb"
+    peer = rec.peer(name, "cpprb", partial(_guarded, key, _cpprb_frames, steps), key)
+    if peer is not None:
+        rec.time(name, "cpprb", "next_of + stack_compress: sample 256", peer, rounds,
+                 inner=inner, per="batch of 256", kind="peer")
 
 
 # ----- add-batch and add-one -----

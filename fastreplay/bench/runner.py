@@ -432,6 +432,8 @@ WORKLOADS = [
              ("dm-reverb",), _processes),
     Workload("per-images", "Prioritized, 100k x uint8[84,84] obs + next_obs: sample "
              "256 (IS weights)", ("tianshou", "cpprb"), hwlimit.per_images),
+    Workload("frames", "Each frame once: 4-stacked noise uint8[84,84] obs + next_obs "
+             "(stored bytes, sample 256)", ("cpprb",), hwlimit.frames),
     Workload("add-batch", "add 256 small transitions per call into a full 1e6 "
              "buffer", ("cpprb",), hwlimit.add_batch),
     Workload("add-one", "add one small transition into a full 1e6 prioritized "
