@@ -35,7 +35,8 @@ def transitions(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
             "done": rng.random(n) < 0.01}
 
 
-def _fastreplay(kind: str, capacity: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _fastreplay(kind: str, capacity: int
+                ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     rb = fastreplay.ReplayBuffer(capacity, alpha=0.6 if kind == "prioritized" else None,
                                  seed=0)
     return rb.add_batch, rb.add
@@ -58,7 +59,8 @@ def _capacity(request: pytest.FixtureRequest) -> int:
     return min(CAPACITY, 4096) if disabled else CAPACITY
 
 
-@pytest.fixture(scope="module", params=[(lib, kind) for kind in ("prioritized", "uniform")
+@pytest.fixture(scope="module", params=[(lib, kind)
+                                        for kind in ("prioritized", "uniform")
                                         for lib in sorted(LIBRARIES)],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def full(request: pytest.FixtureRequest) -> tuple[Callable[..., Any], list[Any]]:

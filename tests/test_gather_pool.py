@@ -110,12 +110,13 @@ def test_pool_sizes_give_identical_bytes(chunk: int | None, length: int) -> None
         _core._gather_threads(threads, always=always)
         table = filled_table(chunk, length)
         batches = [table.sample_batch(50, timeout=5.0) for _ in range(3)]
-        for info, columns, _ in batches:
+        for _info, columns, _ in batches:
             check_columns(columns, length)
         results.append([(info.key.copy(), [c.copy() for c in columns])
                         for info, columns, _ in batches])
         if threads == 1:  # the oracle: each item read on its own
-            items = {int(s.info.key): s.data for s in table.sample_items(100, timeout=5.0)}
+            items = {int(s.info.key): s.data
+                     for s in table.sample_items(100, timeout=5.0)}
             for info, columns, _ in batches:
                 for b, key in enumerate(info.key):
                     if int(key) in items:
@@ -123,7 +124,7 @@ def test_pool_sizes_give_identical_bytes(chunk: int | None, length: int) -> None
                             np.testing.assert_array_equal(col[b], items[int(key)][c])
     first = results[0]
     for other in results[1:]:
-        for (k0, c0), (k1, c1) in zip(first, other, strict=True):
+        for (_k0, c0), (_k1, c1) in zip(first, other, strict=True):
             for a, b in zip(c0, c1, strict=True):
                 assert a.dtype == b.dtype and a.shape == b.shape
                 assert a.tobytes() == b.tobytes()
