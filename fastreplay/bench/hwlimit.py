@@ -193,7 +193,7 @@ def frames(cfg: Config, rec: _Recorder) -> None:
         rec.time(name, "fastreplay", f"{variant}: sample 256",
                  partial(rb.sample, 256), rounds, inner=inner, per="batch of 256")
         del rb
-    rec.add(Result(name, "uncompressed", "next_of + stack_compress: stored",
+    rec.add(Result(name, "uncompressed", "obs + next_obs as stacks",
                    payload, "B", "step", 1, kind="reference"))
     key = f"{name}-cpprb"
     peer = rec.peer(name, "cpprb", partial(_guarded, key, _cpprb_frames, steps), key)
