@@ -6,8 +6,20 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "handoff.h"
+
+/* How long a worker that finished a job, and a caller waiting for workers
+ * to finish theirs, spin before sleeping on a condition variable: waking a
+ * sleeper costs ~12 us here (a futex and, on a VM, an inter-processor
+ * interrupt), and a learner's loop posts its next job after the serial
+ * part of a sample (~100 us for the batch below).  Measured with
+ * per_images.py (PER 100k Atari-like uint8[84,84] obs + next_obs, lz4,
+ * sample 256; 2 gather threads over 1, 3 paired runs of 7 rounds each on
+ * the 2-vCPU VM, load < 1): no spin 1.37-1.46x (median 1.42x), 100 us
+ * 1.44-1.52x (1.51x), 300 us 1.49-1.55x (1.52x). */
+#define FR_POOL_SPIN_NS 100000
 
 /* All state below is guarded by `mu`, except next_share (claimed with
  * atomics while a job runs) and override (read without the lock). */
@@ -18,8 +30,9 @@ static int n_workers;      /* started workers: slots 1..n_workers */
 static int busy;           /* a job or an acquired slot 0 is in flight */
 static int job_live;       /* workers may still join the current job */
 static int job_threads;    /* slots < job_threads may join it */
-static int active;         /* workers inside the current job */
+static atomic_int active;  /* workers inside the current job (changed under mu) */
 static uint64_t generation; /* bumped per job */
+static atomic_uint_fast64_t posted; /* generation, for spinners without mu */
 static fr_pool_fn job_fn;
 static void *job_arg;
 static int job_shares;
@@ -34,24 +47,52 @@ static void run_shares(fr_pool_fn fn, void *arg, int shares, int slot) {
         fn(arg, s, slot);
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin (without mu) until *v differs from `was` or FR_POOL_SPIN_NS pass. */
+static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t was) {
+    int64_t until = now_ns() + FR_POOL_SPIN_NS;
+    for (int i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != was) return;
+        if ((i & 63) == 0 && now_ns() > until) return;
+        __builtin_ia32_pause();
+    }
+}
+
 static void *worker_main(void *p) {
     int slot = (int)(intptr_t)p;
     pthread_mutex_lock(&mu);
     uint64_t seen = generation;
+    int spun = 0;
     for (;;) {
         while (!(job_live && generation != seen && slot < job_threads)) {
-            if (generation != seen && !job_live) seen = generation; /* missed it */
+            if (generation != seen && !job_live) { /* missed it: spin for the next */
+                seen = generation;
+                spun = 0;
+            }
+            if (!spun) { /* the next job often comes soon: no sleep for it */
+                spun = 1;
+                pthread_mutex_unlock(&mu);
+                spin_while_equal(&posted, seen);
+                pthread_mutex_lock(&mu);
+                continue;
+            }
             pthread_cond_wait(&work_cv, &mu);
         }
+        spun = 0;
         seen = generation;
         fr_pool_fn fn = job_fn;
         void *arg = job_arg;
         int shares = job_shares;
-        active++;
+        atomic_fetch_add(&active, 1);
         pthread_mutex_unlock(&mu);
         run_shares(fn, arg, shares, slot);
         pthread_mutex_lock(&mu);
-        if (--active == 0) pthread_cond_broadcast(&done_cv);
+        if (atomic_fetch_sub(&active, 1) == 1) pthread_cond_broadcast(&done_cv);
     }
     return NULL;
 }
@@ -91,7 +132,8 @@ static void fork_child(void) {
     pthread_mutex_init(&mu, NULL);
     pthread_cond_init(&work_cv, NULL);
     pthread_cond_init(&done_cv, NULL);
-    n_workers = busy = job_live = job_threads = active = 0;
+    n_workers = busy = job_live = job_threads = 0;
+    atomic_store(&active, 0);
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -136,6 +178,7 @@ int fr_pool_run(fr_pool_fn fn, void *arg, int shares) {
     if (want > 1) {
         job_live = 1;
         generation++;
+        atomic_store_explicit(&posted, generation, memory_order_release);
         pthread_cond_broadcast(&work_cv);
     }
     pthread_mutex_unlock(&mu);
@@ -144,7 +187,17 @@ int fr_pool_run(fr_pool_fn fn, void *arg, int shares) {
     run_shares(fn, arg, shares, 0);
     pthread_mutex_lock(&mu);
     job_live = 0; /* no worker joins from now on */
-    while (active > 0) pthread_cond_wait(&done_cv, &mu); /* bounded: they compute */
+    if (atomic_load(&active) > 0) { /* their last shares end soon */
+        pthread_mutex_unlock(&mu);
+        int64_t until = now_ns() + FR_POOL_SPIN_NS;
+        for (int i = 1; atomic_load(&active) > 0; i++) {
+            if ((i & 63) == 0 && now_ns() > until) break;
+            __builtin_ia32_pause();
+        }
+        pthread_mutex_lock(&mu);
+    }
+    while (atomic_load(&active) > 0)
+        pthread_cond_wait(&done_cv, &mu); /* bounded: they compute */
     busy = 0;
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&mu);

@@ -16,7 +16,9 @@
  * 1 runs every job on the caller), else fr_handoff_cores() (the CPU quota),
  * at most FR_POOL_MAX_THREADS.  fr_pool_set_threads overrides it (tests,
  * benchmarks).  Workers start on the first job that wants more than one
- * thread and stay (they sleep on a condition variable between jobs).
+ * thread and stay: after a job a worker spins up to FR_POOL_SPIN_NS (pool.c)
+ * for the next one, then sleeps on a condition variable; a caller waiting
+ * for workers' last shares spins as long before it sleeps.
  *
  * Fork: a child does not inherit threads.  fr_pool_run notices a changed
  * process id (and a pthread_atfork child handler resets the state), forgets
