@@ -212,19 +212,6 @@ static int offer(fr_frames *f, fr_store *store, const unsigned char *value,
     return FR_OK;
 }
 
-/* The chunk of rows [r, r + len) of a plain column (fewer at the end). */
-static fr_chunk *plain_chunk(fr_store *store, const fr_spec *spec, int compress,
-                             const void *rows, int64_t n_rows, int64_t r, int32_t len,
-                             uint64_t *next_key, int *rc) {
-    int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
-    fr_chunk *c = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
-    *rc = FR_ENOMEM;
-    if (!c) return NULL;
-    *rc = fr_chunk_finalize(c, (const unsigned char *)rows + r * spec->row_bytes, n, r,
-                            r + n - 1, compress);
-    return c;
-}
-
 /* Rows of a frame chunk: the chunker's length, bounded for raw chunks. */
 static int32_t frame_chunk_length(const fr_frames *f, const fr_chunker_options *opt,
                                   int64_t n_rows) {
@@ -289,9 +276,9 @@ int fr_insert_frame_rows(fr_table *t, fr_store *store, int32_t n_cols,
                 if (r % lens[c] == 0) {
                     int32_t mode = compression ? compression[c] : FR_COMPRESSION_AUTO;
                     if (chunks[c]) fr_chunk_release(chunks[c]);
-                    chunks[c] = plain_chunk(store, &specs[c],
-                                            fr_compress_choice(&specs[c], mode), cols[c],
-                                            n_rows, r, lens[c], &chunk_key, &rc);
+                    chunks[c] = fr_rows_make_chunk(
+                        store, &specs[c], fr_compress_choice(&specs[c], mode), cols[c],
+                        n_rows, r, lens[c], &chunk_key, &rc);
                     if (rc != FR_OK) goto out;
                 }
                 tr->columns[c].squeeze = 1;

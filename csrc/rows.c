@@ -14,11 +14,9 @@ int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
     return len < 1 ? 1 : (int32_t)len;
 }
 
-/* The chunk of rows [r, r + len) of a column (fewer at the end of the
- * batch), with the next chunk key. */
-static fr_chunk *make_chunk(fr_store *store, const fr_spec *spec, int compress,
-                            const void *rows, int64_t n_rows, int64_t r, int32_t len,
-                            uint64_t *next_key, int *rc) {
+fr_chunk *fr_rows_make_chunk(fr_store *store, const fr_spec *spec, int compress,
+                             const void *rows, int64_t n_rows, int64_t r, int32_t len,
+                             uint64_t *next_key, int *rc) {
     int32_t n = n_rows - r < len ? (int32_t)(n_rows - r) : len;
     fr_chunk *c = fr_chunk_new(store, (*next_key)++, 0, spec->row_bytes);
     *rc = FR_ENOMEM;
@@ -83,11 +81,10 @@ int fr_insert_rows(fr_table *t, fr_store *store, int32_t n_cols,
         for (int32_t c = 0; c < n_cols; c++) {
             if (!cur[c] || r - first[c] == cur[c]->n_rows) {
                 if (cur[c]) fr_chunk_release(cur[c]); /* its rows hold it */
-                cur[c] = make_chunk(store, &specs[c],
-                                    fr_compress_choice(&specs[c], compression
-                                                       ? compression[c]
-                                                       : FR_COMPRESSION_AUTO),
-                                    cols[c], n_rows, r, lens[c], &chunk_key, &rc);
+                int32_t mode = compression ? compression[c] : FR_COMPRESSION_AUTO;
+                cur[c] = fr_rows_make_chunk(store, &specs[c],
+                                            fr_compress_choice(&specs[c], mode), cols[c],
+                                            n_rows, r, lens[c], &chunk_key, &rc);
                 if (rc != FR_OK) goto out;
                 first[c] = r;
                 fr_chunk_retain_n(cur[c], cur[c]->n_rows);

@@ -35,6 +35,13 @@
 int32_t fr_rows_chunk_length(const fr_spec *spec, const fr_chunker_options *opt,
                              int64_t n_rows, int32_t compression);
 
+/* The finalized chunk of rows [r, r + len) of a column of n_rows rows
+ * (fewer at the end), keyed *next_key (then incremented); NULL with *rc set
+ * when it fails. */
+fr_chunk *fr_rows_make_chunk(fr_store *store, const fr_spec *spec, int compress,
+                             const void *rows, int64_t n_rows, int64_t r, int32_t len,
+                             uint64_t *next_key, int *rc);
+
 /* Insert n_rows items into t.  cols[c] points at n_rows C-contiguous rows of
  * specs[c]; columns are compressed by compression[c] (FR_COMPRESSION_*,
  * fr_compress_choice; NULL: AUTO for all) and chunked as described above,
