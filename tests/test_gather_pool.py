@@ -258,18 +258,23 @@ def test_forked_child_samples_on_its_own_pool() -> None:
     table = filled_table(2, 3)
     for _ in range(3):  # the parent's workers are running
         check_columns(table.sample_batch(64, timeout=5.0)[1], 3)
-    ctx = mp.get_context("fork")
     for _ in range(2):
-        q = ctx.Queue()
-        p = ctx.Process(target=_child_sample, args=(q,))
-        p.start()
-        p.join(60)
-        if p.is_alive():
-            p.kill()
-            pytest.fail("forked child hung sampling")
-        assert p.exitcode == 0
-        assert q.get(timeout=10) == ("ok", 2)
+        assert _forked_sample() == ("ok", 2)
     check_columns(table.sample_batch(64, timeout=5.0)[1], 3)
+
+
+def _forked_sample() -> Any:
+    """What _child_sample reports from a forked child (waits bounded; a
+    child still running after 60 s is killed and the test fails)."""
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_child_sample, args=(q,))
+    p.start()
+    p.join(60)
+    if p.is_alive():
+        p.kill()
+        pytest.fail("forked child hung sampling")
+    assert p.exitcode == 0
+    return q.get(timeout=10)
 
 
 def test_fork_while_another_thread_samples() -> None:
@@ -286,16 +291,8 @@ def test_fork_while_another_thread_samples() -> None:
     th = threading.Thread(target=loop)
     th.start()
     try:
-        ctx = mp.get_context("fork")
         for _ in range(3):
-            q = ctx.Queue()
-            p = ctx.Process(target=_child_sample, args=(q,))
-            p.start()
-            p.join(60)
-            if p.is_alive():
-                p.kill()
-                pytest.fail("forked child hung sampling")
-            assert p.exitcode == 0 and q.get(timeout=10)[0] == "ok"
+            assert _forked_sample()[0] == "ok"
     finally:
         stop.set()
         th.join(60)
