@@ -1,38 +1,9 @@
-#include "writer.h"
+#include "writer_internal.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct fr_pending_item {
-    uint64_t key;
-    double priority;
-    fr_table *table;
-    fr_trajectory *traj;
-    int32_t n_refs;
-    int64_t *ids;  /* the item's refs, pinned while queued (one allocation: */
-    int32_t *cols; /* cols follows ids) */
-} fr_pending_item;
-
-struct fr_writer {
-    fr_store *store;
-    fr_sync *sync;
-    fr_rng rng;
-    fr_chunker_options default_opt;
-    fr_column *cols;
-    int64_t *last_set; /* per column: history position last written */
-    int32_t n_cols, cap_cols;
-    uint64_t episode_id;
-    int64_t episode_steps;
-    int64_t hlen; /* closed steps since the last clear */
-    int step_open;
-    fr_pending_item *queue;
-    int64_t q_head, q_len, q_cap;
-    unsigned char *scratch;
-    int64_t scratch_cap;
-    atomic_int status;     /* FR_ECLOSED after close */
-};
 
 fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                          fr_chunker_options default_opt) {
@@ -63,88 +34,13 @@ int fr_writer_create(fr_store *store, uint64_t seed, fr_chunker_options default_
     return FR_OK;
 }
 
-static fr_pending_item *q_at(fr_writer *w, int64_t i) {
-    return &w->queue[(w->q_head + i) % w->q_cap];
-}
-
-/* A run of an item's references to one writer column: [start, end). */
-typedef struct ref_run {
-    int32_t start, end;
-} ref_run;
-
-/* The runs of it's references (a trajectory column is usually one run). */
-static int32_t ref_runs(const fr_pending_item *it, ref_run *runs) {
-    int32_t n = 0;
-    for (int32_t k = 0; k < it->n_refs; n++) {
-        int32_t e = k + 1;
-        while (e < it->n_refs && it->cols[e] == it->cols[k]) e++;
-        runs[n] = (ref_run){k, e};
-        k = e;
-    }
-    return n;
-}
-
-/* Unpin an item's cells (one at a time when runs is NULL). */
-static void unpin(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
-                  int32_t n_runs) {
-    if (!runs) {
-        for (int32_t k = 0; k < it->n_refs; k++)
-            fr_column_unpin(&w->cols[it->cols[k]], it->ids + k, 1);
-        return;
-    }
-    for (int32_t r = 0; r < n_runs; r++)
-        fr_column_unpin(&w->cols[it->cols[runs[r].start]], it->ids + runs[r].start,
-                        runs[r].end - runs[r].start);
-}
-
-/* Tuning feedback per writer column with that column's chunks (in
- * reference order, 64 at most), column by column in order of first
- * reference. */
-static void feedback(fr_writer *w, const fr_pending_item *it, const ref_run *runs,
-                     int32_t n_runs) {
-    fr_chunk *chunks[64];
-    for (int32_t r = 0; r < n_runs; r++) {
-        int32_t col = it->cols[runs[r].start], first = 1, n = 0;
-        for (int32_t q = 0; q < r && first; q++) first = it->cols[runs[q].start] != col;
-        if (!first) continue;
-        fr_column *c = &w->cols[col];
-        for (int32_t q = r; q < n_runs && n < 64; q++) {
-            if (it->cols[runs[q].start] != col) continue;
-            for (int32_t i = runs[q].start; i < runs[q].end && n < 64; i++) {
-                fr_cell *cell = fr_column_cell(c, it->ids[i]);
-                if (cell) chunks[n++] = cell->chunk;
-            }
-        }
-        fr_column_on_item(c, chunks, n);
-    }
-}
-
-/* Tuning feedback (when `tune`) and unpins of an item leaving the writer;
- * without memory for its runs, no feedback. */
-static void release_refs(fr_writer *w, const fr_pending_item *it, int tune) {
-    ref_run inline_runs[16];
-    ref_run *runs = it->n_refs <= 16 ? inline_runs
-                                     : malloc((size_t)it->n_refs * sizeof *runs);
-    int32_t n_runs = runs ? ref_runs(it, runs) : 0;
-    if (tune && runs) feedback(w, it, runs, n_runs);
-    unpin(w, it, runs, n_runs);
-    if (runs != inline_runs) free(runs);
-}
-
-static void q_pop(fr_writer *w) {
-    fr_pending_item *it = q_at(w, 0);
-    free(it->ids); /* and cols */
-    w->q_head = (w->q_head + 1) % w->q_cap;
-    w->q_len--;
-}
-
 void fr_writer_free(fr_writer *w) {
     if (!w) return;
     while (w->q_len > 0) {
-        fr_pending_item *it = q_at(w, 0);
-        release_refs(w, it, 0);
+        fr_pending_item *it = fr_wq_at(w, 0);
+        fr_wq_release_refs(w, it, 0);
         fr_trajectory_release(it->traj);
-        q_pop(w);
+        fr_wq_pop(w);
     }
     for (int32_t c = 0; c < w->n_cols; c++) fr_column_free(&w->cols[c]);
     free(w->cols);
@@ -191,9 +87,9 @@ int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
 /* Hand ready items at the head of the queue to their tables, in order. */
 static void pump(fr_writer *w) {
     while (w->q_len > 0 && w->status == FR_OK) {
-        fr_pending_item *it = q_at(w, 0);
+        fr_pending_item *it = fr_wq_at(w, 0);
         if (!fr_trajectory_ready(it->traj)) return;
-        release_refs(w, it, 1);
+        fr_wq_release_refs(w, it, 1);
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);
         if (rc != FR_OK) {
@@ -201,7 +97,7 @@ static void pump(fr_writer *w) {
             fr_trajectory_release(it->traj);
             fr_sync_fail(w->sync, rc, it->key, it->table);
         }
-        q_pop(w);
+        fr_wq_pop(w);
     }
 }
 
@@ -329,22 +225,6 @@ static int32_t count_slices(int32_t n_columns, const int32_t *lens,
     return n;
 }
 
-static int q_push(fr_writer *w, fr_pending_item it) {
-    if (w->q_len == w->q_cap) {
-        int64_t cap = w->q_cap ? w->q_cap * 2 : 16;
-        fr_pending_item *q = malloc((size_t)cap * sizeof *q);
-        if (!q) return FR_ENOMEM;
-        for (int64_t i = 0; i < w->q_len; i++) q[i] = *q_at(w, i);
-        free(w->queue);
-        w->queue = q;
-        w->q_head = 0;
-        w->q_cap = cap;
-    }
-    w->queue[(w->q_head + w->q_len) % w->q_cap] = it;
-    w->q_len++;
-    return FR_OK;
-}
-
 int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           int32_t structure_id,
                           int32_t n_columns, const int32_t *lens,
@@ -390,7 +270,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         for (int32_t k = at; k < at + lens[c]; k++)
             fr_trajectory_push_row(it.traj, c, cells[k]->chunk, cells[k]->offset);
     }
-    if (q_push(w, it) != FR_OK) goto oom;
+    if (fr_wq_push(w, it) != FR_OK) goto oom;
     for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
     if (cells != inline_cells) free(cells);
     *key = it.key;
@@ -409,7 +289,7 @@ int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
     if (w->status != FR_OK) return w->status;
     if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
     for (int64_t i = 0; i < w->q_len - ignore_last; i++) {
-        fr_pending_item *it = q_at(w, i);
+        fr_pending_item *it = fr_wq_at(w, i);
         for (int32_t k = 0; k < it->n_refs; k++) {
             fr_column *c = &w->cols[it->cols[k]];
             fr_cell *cell = fr_column_cell(c, it->ids[k]);
