@@ -8,7 +8,8 @@ leaf; ``()``, ``[]``, ``{}`` and ``None`` are empty nests without leaves
 (ALF's ``Experience`` fills unused fields with ``()``).  A leaf is a torch
 tensor (anything ``torch.as_tensor`` takes) in an experience, and an object
 with ``shape`` and ``dtype`` (ALF's ``TensorSpec``) in a spec.  Leaves are
-addressed by their path, the tuple of keys and indices from the root.
+addressed by their path, the tuple of keys, field names and indices from
+the root.
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def _children(node: Any) -> Iterator[tuple[Any, Any]] | None:
         return iter(())
     if isinstance(node, Mapping):
         return iter(node.items())
+    if _is_namedtuple(node):
+        return iter(zip(type(node)._fields, node))
     if isinstance(node, (tuple, list)):
         return iter(enumerate(node))
     return None
@@ -180,10 +183,10 @@ def pack(template: Any, leaf: Callable[[Path], Any], path: Path = ()) -> Any:
             return type(template)(items)
         except TypeError:
             return dict(items)
-    values = [pack(v, leaf, (*path, i)) for i, v in enumerate(template)]
     if _is_namedtuple(template):
-        return type(template)(*values)
-    return type(template)(values)
+        return type(template)(*[pack(v, leaf, (*path, k))
+                                for k, v in zip(type(template)._fields, template)])
+    return type(template)([pack(v, leaf, (*path, i)) for i, v in enumerate(template)])
 
 
 # ---------------------------------------------------------------- columns
