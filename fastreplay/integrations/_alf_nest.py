@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["Experience", "TensorSpec", "flatten", "pack", "Column", "spec_columns",
-           "exp_leaves", "to_numpy", "from_numpy"]
+__all__ = ["Experience", "TensorSpec", "builder", "flatten", "pack", "Column", "spec_columns",
+           "exp_leaves", "to_numpy", "from_numpy", "np_dtype"]
 
 Path = tuple[Any, ...]
 
@@ -189,6 +189,35 @@ def pack(template: Any, leaf: Callable[[Path], Any], path: Path = ()) -> Any:
     return type(template)([pack(v, leaf, (*path, i)) for i, v in enumerate(template)])
 
 
+def builder(template: Any) -> Callable[[Sequence[Any]], Any]:
+    """A function of the leaves in ``flatten(template)`` order that builds
+    ``template``'s structure around them (``pack`` without the walk)."""
+    count = 0
+
+    def build(node: Any) -> Callable[[Sequence[Any]], Any]:
+        nonlocal count
+        children = _children(node)
+        if children is None:
+            i = count
+            count += 1
+            return lambda leaves: leaves[i]
+        if node is None:
+            return lambda leaves: None
+        parts = [(k, build(v)) for k, v in children]
+        kind: Any = type(node)
+        if isinstance(node, Mapping):
+            try:
+                kind([])
+            except TypeError:
+                kind = dict
+            return lambda leaves: kind([(k, f(leaves)) for k, f in parts])
+        if _is_namedtuple(node):
+            return lambda leaves: kind(*[f(leaves) for _, f in parts])
+        return lambda leaves: kind([f(leaves) for _, f in parts])
+
+    return build(template)
+
+
 # ---------------------------------------------------------------- columns
 
 def _carrier(dtype: torch.dtype) -> torch.dtype | None:
@@ -277,6 +306,11 @@ def to_numpy(t: torch.Tensor, c: Column) -> np.ndarray:
     if c.carrier is not None:
         t = t.view(c.carrier)
     return np.asarray(t.cpu().numpy())
+
+
+def np_dtype(c: Column) -> np.dtype[Any]:
+    """The numpy dtype a column is stored in."""
+    return torch.empty(0, dtype=c.carrier or c.dtype).numpy().dtype
 
 
 def from_numpy(a: np.ndarray, c: Column) -> torch.Tensor:

@@ -23,15 +23,17 @@ import torch
 
 from fastreplay.integrations._alf_nest import (
     Column,
+    builder,
     exp_leaves,
     flatten,
     from_numpy,
+    np_dtype,
     outer_rank,
     pack,
     spec_columns,
     to_numpy,
 )
-from fastreplay.integrations._slots import SlotStore
+from fastreplay.integrations._alf_rings import EnvRings
 
 __all__ = ["OnetimeExperienceReplayer", "SyncUniformExperienceReplayer",
            "CyclicOneTimeExperienceReplayer"]
@@ -161,12 +163,12 @@ class SyncUniformExperienceReplayer:
         self._columns: list[Column] = spec_columns(experience_spec)
         self._num_envs = _positive(batch_size, "batch_size")
         self._max_length = _positive(max_length, "max_length")
-        self._store = SlotStore(self._num_envs * self._max_length, "alf",
-                                compression=None)
-        self._size = np.zeros(self._num_envs, np.int64)
-        self._pos = np.zeros(self._num_envs, np.int64)  # where each env writes next
+        self._rings = EnvRings([np_dtype(c) for c in self._columns],
+                               [c.shape for c in self._columns], self._num_envs,
+                               self._max_length)
         env = [i for i, c in enumerate(self._columns) if c.path == ("env_id",)]
         self._env_column = env[0] if env else None
+        self._build = builder(experience_spec)
 
     # ------------------------------------------------------------ observe
 
@@ -217,7 +219,8 @@ class SyncUniformExperienceReplayer:
 
     def _append(self, env: np.ndarray, rows: Sequence[np.ndarray], what: str) -> None:
         """Row ``j`` of ``rows`` is the next step of env ``env.flat[j]``;
-        ``env`` is ``[steps, B]``, distinct ids in each step."""
+        ``env`` is ``[steps, B]``, distinct ids in each step (checked before
+        anything is stored)."""
         if env.size == 0:
             return
         if env.min() < 0 or env.max() >= self._num_envs:
@@ -226,39 +229,28 @@ class SyncUniformExperienceReplayer:
         ordered = np.sort(env, axis=1)
         if (ordered[:, 1:] == ordered[:, :-1]).any():
             raise AssertionError(f"There are duplicated ids in env_ids {env.tolist()}")
-        flat = env.reshape(-1)
-        counts = np.bincount(flat, minlength=self._num_envs)
-        if env.shape[0] == 1:
-            nth = np.zeros(len(flat), np.int64)
-        else:  # how many earlier rows went to the same env
-            order = np.argsort(flat, kind="stable")
-            starts = np.cumsum(counts) - counts
-            nth = np.empty(len(flat), np.int64)
-            nth[order] = np.arange(len(flat)) - starts[flat[order]]
-        slots = flat * self._max_length + (self._pos[flat] + nth) % self._max_length
-        keep = nth >= counts[flat] - self._max_length  # a ring keeps the last max_length
-        if not keep.all():
-            slots, rows = slots[keep], [r[keep] for r in rows]
-        self._store.write(slots, {c.name: r for c, r in zip(self._columns, rows,
-                                                             strict=True)})
-        self._pos = (self._pos + counts) % self._max_length
-        self._size = np.minimum(self._size + counts, self._max_length)
+        self._rings.append(env, self._rings.pack(rows))
+
+    @property
+    def _size(self) -> np.ndarray:
+        return self._rings.size
+
+    @property
+    def _pos(self) -> np.ndarray:
+        return self._rings.pos
 
     # ------------------------------------------------------------ replay
 
-    def _read(self, slots: np.ndarray) -> Any:
-        """The spec's nest of ``[N, T, ...]`` tensors at ``slots`` [N, T]."""
-        n, length = slots.shape
-        if slots.size == 0:
-            return pack(self._experience_spec, lambda path: torch.empty(
-                (n, length, *self._column(path).shape), dtype=self._column(path).dtype))
-        data = self._store.read(slots.reshape(-1))
-        out = {c.path: from_numpy(data[c.name].reshape(n, length, *c.shape), c)
-               for c in self._columns}
-        return pack(self._experience_spec, out.__getitem__)
-
-    def _column(self, path: tuple[Any, ...]) -> Column:
-        return next(c for c in self._columns if c.path == path)
+    def _read(self, env: np.ndarray, pos: np.ndarray) -> Any:
+        """The spec's nest of ``[N, T, ...]`` tensors of envs ``env`` [N] at
+        ring positions ``pos`` [N, T]."""
+        n, length = pos.shape
+        if pos.size == 0:
+            return self._build([torch.empty((n, length, *c.shape), dtype=c.dtype)
+                                for c in self._columns])
+        columns = self._rings.unpack(self._rings.read(env, pos), (n, length))
+        return self._build([from_numpy(a, c) for c, a in zip(self._columns, columns,
+                                                              strict=True)])
 
     def replay(self, sample_batch_size: int, mini_batch_length: int) -> Any:
         """``sample_batch_size`` windows of ``mini_batch_length`` consecutive
@@ -283,14 +275,13 @@ class SyncUniformExperienceReplayer:
                 f"Not all environments have enough data. The smallest data size is: "
                 f"{min_size} Try storing more data before calling replay")
         rounds, rest = divmod(batch, self._num_envs)
-        env = np.tile(np.arange(self._num_envs, dtype=np.int64), rounds)
+        env = np.arange(rounds * self._num_envs, dtype=np.int64) % self._num_envs
         if rest:
             env = np.concatenate([env, torch.randperm(self._num_envs)[:rest].numpy()])
         r = torch.rand(batch, dtype=torch.float64).numpy()
         size = self._size[env]
         start = (r * (size - length + 1)).astype(np.int64) + self._pos[env] - size
-        pos = (start[:, None] + np.arange(length)) % self._max_length
-        return self._read(env[:, None] * self._max_length + pos)
+        return self._read(env, (start[:, None] + np.arange(length)) % self._max_length)
 
     def _all(self, env: np.ndarray) -> Any:
         """Every step of envs ``env``, oldest first (A2); their sizes must agree."""
@@ -299,8 +290,8 @@ class SyncUniformExperienceReplayer:
             raise AssertionError(f"Not all environments have the same size. min_size: "
                                  f"{sizes.min()} max_size: {sizes.max()}")
         size = int(sizes[0]) if len(sizes) else 0
-        pos = (self._pos[env][:, None] - size + np.arange(size)) % self._max_length
-        return self._read(env[:, None] * self._max_length + pos)
+        return self._read(env, (self._pos[env][:, None] - size + np.arange(size))
+                          % self._max_length)
 
     def replay_all(self) -> Any:
         """Every env's steps, oldest first, ``[B, size, ...]`` per leaf.
@@ -314,9 +305,7 @@ class SyncUniformExperienceReplayer:
 
     def clear(self) -> None:
         """Empty every env's ring."""
-        self._size[:] = 0
-        self._pos[:] = 0
-        self._store.clear()
+        self._rings.clear()
 
     @property
     def batch_size(self) -> int:
