@@ -30,7 +30,8 @@ B = 4
 
 def spec(obs: int = 3) -> Experience:
     return Experience(step_type=TensorSpec((), torch.int32), reward=TensorSpec(()),
-                      observation=TensorSpec((obs,)), env_id=TensorSpec((), torch.int64))
+                      observation=TensorSpec((obs,)),
+                      env_id=TensorSpec((), torch.int64))
 
 
 def step(t: int, envs=range(B), obs: int = 3) -> Experience:
@@ -41,6 +42,13 @@ def step(t: int, envs=range(B), obs: int = 3) -> Experience:
     return Experience(step_type=torch.full((len(e),), t, dtype=torch.int32),
                       reward=reward, observation=reward[:, None].repeat(1, obs),
                       env_id=e)
+
+
+def stack_steps(fields: list, outer: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    """One field of steps ``[n, ...]`` stacked to ``[*outer, n, ...]``."""
+    if fields[0] == ():
+        return ()
+    return torch.stack(fields).reshape(*outer, *fields[0].shape)
 
 
 def uniform(max_length: int = 5, steps: int = 0) -> SyncUniformExperienceReplayer:
@@ -305,9 +313,8 @@ def test_uniform_outer_rank_3():
 def test_uniform_outer_rank_3_longer_than_the_ring():
     r = uniform(max_length=4)
     rows = [step(t, envs=[t % B, (t + 1) % B]) for t in range(12)]
-    exp = Experience(*[torch.stack([getattr(s, f) for s in rows]).reshape(3, 4, 2, *getattr(
-        rows[0], f).shape[1:]) if getattr(rows[0], f) != () else ()
-        for f in Experience._fields])
+    exp = Experience(*[stack_steps([getattr(s, f) for s in rows], (3, 4))
+                       for f in Experience._fields])
     r.observe(exp)  # each env sees 6 steps; the ring keeps its last 4
     out = r.replay_all()
     for e in range(B):

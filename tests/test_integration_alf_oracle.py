@@ -32,7 +32,8 @@ from fastreplay.integrations.alf import (  # noqa: E402
     TensorSpec,
 )
 
-SPEC = Experience(step_type=TensorSpec((), torch.int32), reward=TensorSpec((), torch.int64),
+SPEC = Experience(step_type=TensorSpec((), torch.int32),
+                  reward=TensorSpec((), torch.int64),
                   observation=TensorSpec((2,), torch.float64),
                   env_id=TensorSpec((), torch.int64))
 
@@ -101,8 +102,8 @@ class UniformMachine(RuleBasedStateMachine):
     @initialize(num_envs=st.integers(1, 5), max_length=st.integers(1, 9),
                 block=st.integers(1, 4))
     def setup(self, num_envs: int, max_length: int, block: int) -> None:
-        self.ours = with_block(SyncUniformExperienceReplayer(SPEC, num_envs, max_length),
-                               block)
+        ours = SyncUniformExperienceReplayer(SPEC, num_envs, max_length)
+        self.ours = with_block(ours, block)
         self.model = RingModel(num_envs, max_length)
         self.counter = 0
         torch.manual_seed(0)

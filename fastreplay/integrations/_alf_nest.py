@@ -14,7 +14,7 @@ the root.
 
 from __future__ import annotations
 
-import collections
+import importlib
 import importlib.util
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["Experience", "TensorSpec", "builder", "flatten", "pack", "Column", "spec_columns",
-           "exp_leaves", "to_numpy", "from_numpy", "np_dtype"]
+__all__ = ["Experience", "TensorSpec", "builder", "flatten", "pack", "Column",
+           "spec_columns", "exp_leaves", "to_numpy", "from_numpy", "np_dtype"]
 
 Path = tuple[Any, ...]
 
@@ -33,23 +33,26 @@ def _alf_types() -> tuple[Any, Any] | None:
     if importlib.util.find_spec("alf") is None:
         return None
     try:
-        from alf.data_structures import Experience as AlfExperience
-        from alf.tensor_specs import TensorSpec as AlfTensorSpec
+        experience = importlib.import_module("alf.data_structures").Experience
+        spec = importlib.import_module("alf.tensor_specs").TensorSpec
     except Exception:  # an alf that does not import is no alf
         return None
-    return AlfExperience, AlfTensorSpec
+    return experience, spec
 
 
-_EXPERIENCE_FIELDS = ("step_type", "reward", "discount", "observation", "prev_action",
-                      "env_id", "action", "rollout_info", "state")
-
-
-class _FallbackExperience(collections.namedtuple(  # type: ignore[misc]
-        "Experience", _EXPERIENCE_FIELDS, defaults=((),) * len(_EXPERIENCE_FIELDS))):
+class _FallbackExperience(NamedTuple):
     """ALF's ``Experience``: a step of ``TimeStep`` plus the action taken,
     the rollout info and the state; every field defaults to ``()``."""
 
-    __slots__ = ()
+    step_type: Any = ()
+    reward: Any = ()
+    discount: Any = ()
+    observation: Any = ()
+    prev_action: Any = ()
+    env_id: Any = ()
+    action: Any = ()
+    rollout_info: Any = ()
+    state: Any = ()
 
     def is_first(self) -> Any:
         return self.step_type == 0
@@ -82,7 +85,8 @@ class _FallbackTensorSpec:
         return cls(spec.shape, spec.dtype)
 
     @classmethod
-    def from_tensor(cls, tensor: torch.Tensor, from_dim: int = 0) -> _FallbackTensorSpec:
+    def from_tensor(cls, tensor: torch.Tensor,
+                    from_dim: int = 0) -> _FallbackTensorSpec:
         return cls(tensor.shape[from_dim:], tensor.dtype)
 
     @property
@@ -109,8 +113,8 @@ class _FallbackTensorSpec:
         return f"TensorSpec(shape={self._shape}, dtype={self._dtype!r})"
 
     def __eq__(self, other: object) -> bool:
-        return (type(self) is type(other) and self._shape == other._shape  # type: ignore[attr-defined]
-                and self._dtype == other._dtype)  # type: ignore[attr-defined]
+        return (isinstance(other, _FallbackTensorSpec) and type(self) is type(other)
+                and self._shape == other._shape and self._dtype == other._dtype)
 
     def __hash__(self) -> int:
         return hash((self._shape, self._dtype))
@@ -118,7 +122,8 @@ class _FallbackTensorSpec:
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self._shape, self._dtype)
 
-    def constant(self, value: Any, outer_dims: Sequence[int] | None = None) -> torch.Tensor:
+    def constant(self, value: Any,
+                 outer_dims: Sequence[int] | None = None) -> torch.Tensor:
         shape = (*(outer_dims or ()), *self._shape)
         return torch.full(shape, value, dtype=self._dtype)
 
@@ -179,8 +184,9 @@ def pack(template: Any, leaf: Callable[[Path], Any], path: Path = ()) -> Any:
         return None
     if isinstance(template, Mapping):
         items = [(k, pack(v, leaf, (*path, k))) for k, v in template.items()]
+        kind: Any = type(template)
         try:
-            return type(template)(items)
+            return kind(items)
         except TypeError:
             return dict(items)
     if _is_namedtuple(template):

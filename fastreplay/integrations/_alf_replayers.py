@@ -100,7 +100,8 @@ class OnetimeExperienceReplayer:
         NotImplementedError
             Always.
         """
-        raise NotImplementedError("OnetimeExperienceReplayer only supports replay_all()")
+        raise NotImplementedError(
+            "OnetimeExperienceReplayer only supports replay_all()")
 
     def replay_all(self) -> Any:
         """Every step since the last ``clear``, ``[B, T, ...]`` per leaf.
@@ -121,7 +122,7 @@ class OnetimeExperienceReplayer:
 
     def clear(self) -> None:
         """Forget the steps (all but the last one with ``save_last_exp``)."""
-        self._steps = [steps[-1:] if self._save_last_exp else [] for steps in self._steps]
+        self._steps = [s[-1:] if self._save_last_exp else [] for s in self._steps]
 
     @property
     def batch_size(self) -> int:

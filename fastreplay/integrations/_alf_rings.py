@@ -50,11 +50,13 @@ class EnvRings:
         self.blocks = -(-max_length // self.block)
         self.dtypes = [np.dtype(d) for d in dtypes]
         self.shapes = [tuple(s) for s in shapes]
-        self.nbytes = [d.itemsize * math.prod(s) for d, s in zip(self.dtypes,
-                                                                  self.shapes, strict=True)]
+        self.nbytes = [d.itemsize * math.prod(s)
+                       for d, s in zip(self.dtypes, self.shapes, strict=True)]
         self.offsets = [0] * len(self.dtypes)
         at = 0
-        for i in sorted(range(len(self.dtypes)), key=lambda i: -self.dtypes[i].itemsize):
+        by_size = sorted(range(len(self.dtypes)),
+                         key=lambda i: -self.dtypes[i].itemsize)
+        for i in by_size:
             self.offsets[i] = at
             at += self.nbytes[i]
         align = max((d.itemsize for d in self.dtypes), default=1)
@@ -70,7 +72,8 @@ class EnvRings:
         out = np.zeros((n, self.record), np.uint8)
         for r, off, nb in zip(rows, self.offsets, self.nbytes, strict=True):
             if nb:
-                out[:, off:off + nb] = np.ascontiguousarray(r).view(np.uint8).reshape(n, nb)
+                raw = np.ascontiguousarray(r).view(np.uint8)
+                out[:, off:off + nb] = raw.reshape(n, nb)
         return out
 
     def unpack(self, records: np.ndarray, lead: tuple[int, ...]) -> list[np.ndarray]:
