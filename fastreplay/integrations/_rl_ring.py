@@ -86,7 +86,19 @@ class SlotRing:
         self.keys: list[str] = []
 
     # -- schema ---------------------------------------------------------------
-    def _columns(self, data: Any) -> tuple[dict[str, np.ndarray], int]:
+    def _fast_columns(self, data: Any) -> list[np.ndarray] | None:
+        """The columns of a flat dict of CPU tensors with the stored keys
+        (the learner's push), else None: the general path checks them."""
+        if not self.flat or type(data) is not dict or len(data) != len(self.keys):
+            return None
+        try:
+            return [data[k].numpy() for k in self.keys]
+        except (KeyError, AttributeError, TypeError, RuntimeError):
+            return None  # other keys, non-tensors, bfloat16, grads, GPU
+
+    def _columns(self, data: Any) -> list[np.ndarray]:
+        """The columns of any episode (dict, nested dict or TensorDict of
+        tensors or arrays), in storage order; fixes the keys on the first."""
         leaves = flatten(data)
         if not leaves:
             raise ValueError("rlightning Storage: an episode needs at least one key")
@@ -98,11 +110,6 @@ class SlotRing:
                 raise ValueError(f"rlightning Storage: key {'.'.join(path)!r} is a "
                                  "scalar; every value needs a leading time axis")
             arrays[path], dtypes[path] = arr, dtype
-        n = len(next(iter(arrays.values())))
-        for path, arr in arrays.items():
-            if len(arr) != n:
-                raise ValueError(f"rlightning Storage: key {'.'.join(path)!r} has "
-                                 f"{len(arr)} steps, others {n}")
         if not self.paths:
             self.paths = list(arrays)
             self.names = [".".join(p) if len(p) > 1 else p[0] for p in self.paths]
@@ -114,8 +121,21 @@ class SlotRing:
         elif arrays.keys() != set(self.paths):
             raise ValueError(f"rlightning Storage: keys {sorted(arrays)} differ from "
                              f"the stored {sorted(self.paths)} (clear() to change them)")
-        return {name: arrays[p] for name, p in zip(self.names, self.paths,
-                                                   strict=True)}, n
+        else:
+            for path, dtype in zip(self.paths, self.dtypes, strict=True):
+                if dtypes[path] != dtype:
+                    raise ValueError(f"rlightning Storage: key {'.'.join(path)!r} has "
+                                     f"dtype {dtypes[path]}, the stored one {dtype}")
+        return [arrays[p] for p in self.paths]
+
+    def _steps(self, cols: list[np.ndarray]) -> int:
+        """The common number of steps (ValueError naming a key that differs)."""
+        n = len(cols[0])
+        for name, arr in zip(self.names, cols, strict=True):
+            if len(arr) != n:
+                raise ValueError(f"rlightning Storage: key {name!r} has {len(arr)} "
+                                 f"steps, others {n}")
+        return n
 
     def clear(self) -> None:
         self.store.clear()
@@ -123,6 +143,7 @@ class SlotRing:
         self.pointer = self.size = 0
         self.begins = self.ends = np.empty(0, dtype=np.int64)
         self.paths, self.names, self.dtypes = [], [], []
+        self.flat, self.keys = True, []
 
     # -- writes ---------------------------------------------------------------
     def push(self, data: Any, num_episodes: int = 1, length: int = 0) -> None:
@@ -130,21 +151,25 @@ class SlotRing:
         env-major episodes of ``length`` steps when > 1)."""
         fresh = not self.paths
         try:
-            cols, n = self._columns(data)
+            cols = self._fast_columns(data)
+            if cols is None:
+                cols = self._columns(data)
+            n = self._steps(cols)
             if n:
                 self._push(cols, n, num_episodes, length if num_episodes > 1 else n)
         except BaseException:
             if fresh and len(self.store) == 0:
                 self.paths, self.names, self.dtypes = [], [], []
+                self.flat, self.keys = True, []
             raise
 
-    def _push(self, cols: dict[str, np.ndarray], n: int, num: int, length: int) -> None:
+    def _push(self, cols: list[np.ndarray], n: int, num: int, length: int) -> None:
         cap = self.capacity
         if not self.circular and self.pointer + n > cap:
             raise RuntimeError(f"Cannot push {n} items to storage of capacity {cap}. "
                                f"Current size is {self.size}.")
         if n > cap:  # circular: the last `capacity` rows, from slot 0
-            cols = {k: v[n - cap:] for k, v in cols.items()}
+            cols = [v[n - cap:] for v in cols]
             skipped, n = n - cap, cap
             self._write(0, cols, n)
             if self.episodic:
@@ -170,8 +195,8 @@ class SlotRing:
             self._register(starts, starts + length)
         if start + n > cap:  # transitions: split at the end
             head = cap - start
-            self._write(start, {k: v[:head] for k, v in cols.items()}, head)
-            self._write(0, {k: v[head:] for k, v in cols.items()}, n - head)
+            self._write(start, [v[:head] for v in cols], head)
+            self._write(0, [v[head:] for v in cols], n - head)
             self.counter[start:] = 0
             self.counter[:n - head] = 0
         else:
@@ -181,8 +206,8 @@ class SlotRing:
         self.pointer = end % cap if self.circular else end
         self.size = min(self.size + n, cap)
 
-    def _write(self, start: int, cols: dict[str, np.ndarray], n: int) -> None:
-        self.store.write(np.arange(start, start + n), cols)
+    def _write(self, start: int, cols: list[np.ndarray], n: int) -> None:
+        self.store.write_columns(np.arange(start, start + n), self.names, cols)
 
     def _erase(self, a: int, b: int) -> None:
         """Slots [a, b) that no episode uses any more (evicted ones)."""

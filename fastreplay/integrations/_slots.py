@@ -53,6 +53,12 @@ class SlotStore:
     def capacity(self) -> int:
         return self._capacity
 
+    def _modes(self, n: int) -> list[int] | None:
+        """The table's compression argument (None: AUTO, checked nowhere)."""
+        if self._compression == _core.COMPRESSION_AUTO:
+            return None
+        return [self._compression] * n
+
     @property
     def chunk_store(self) -> _core.ChunkStore:
         """The store of the rows' chunks (``stats()``: live chunks, bytes)."""
@@ -98,10 +104,28 @@ class SlotStore:
         names, values = self._columns(columns, len(s))
         if not len(s):
             return
-        self._table.write(s, names, values, [self._compression] * len(values))
+        self._table.write(s, names, values, self._modes(len(values)))
         if self._names is None:
             self._names = names
             self._specs = [(v.dtype, v.shape[1:]) for v in values]
+
+    def write_columns(self, slots: npt.ArrayLike, names: list[str],
+                      values: list[np.ndarray]) -> None:
+        """``write`` of values in the order of ``names``, which must be the
+        stored names once there are any: the hot path (the table checks
+        dtypes, shapes and row counts)."""
+        if self._names is not None and names is not self._names \
+                and names != self._names:
+            raise ValueError(f"{self._name}: columns {names} differ from the stored "
+                             f"{self._names}")
+        s = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if not len(s):
+            return
+        self._table.write(s, names, values, self._modes(len(values)))
+        if self._names is None:
+            self._names = list(names)
+            self._specs = [(np.asarray(v).dtype, np.asarray(v).shape[1:])
+                           for v in values]
 
     def read(self, slots: npt.ArrayLike, counter: np.ndarray | None = None
              ) -> dict[str, np.ndarray]:
@@ -155,4 +179,4 @@ class SlotStore:
             if len(state["slots"]):
                 self._table.write(state["slots"], self._names,
                                   [rows[k] for k in self._names],
-                                  [self._compression] * len(self._names))
+                                  self._modes(len(self._names)))
