@@ -71,7 +71,8 @@ def test_bad_input_names_the_column_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="column b: rows of float64"):
         t.write([2], ["a", "b"], [np.arange(1), np.ones((1, 2))])
     with pytest.raises(ValueError, match="column a: rows of int64 \\(3,\\)"):
-        t.write([2], ["a", "b"], [np.ones((1, 3), np.int64), np.ones((1, 2), np.float32)])
+        t.write([2], ["a", "b"],
+                [np.ones((1, 3), np.int64), np.ones((1, 2), np.float32)])
     with pytest.raises(ValueError, match="gives 1 columns, the slots hold 2"):
         t.write([2], ["a"], [np.arange(1)])
     with pytest.raises(IndexError, match="slot 4 out of range"):

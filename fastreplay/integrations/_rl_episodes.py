@@ -11,7 +11,8 @@ without, the whole env's steps are collected and cut into sub-env episodes
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

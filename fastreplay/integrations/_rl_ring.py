@@ -120,7 +120,8 @@ class SlotRing:
             self.keys = [p[0] for p in self.paths]
         elif arrays.keys() != set(self.paths):
             raise ValueError(f"rlightning Storage: keys {sorted(arrays)} differ from "
-                             f"the stored {sorted(self.paths)} (clear() to change them)")
+                             f"the stored {sorted(self.paths)} (clear() to change "
+                             "them)")
         else:
             for path, dtype in zip(self.paths, self.dtypes, strict=True):
                 if dtypes[path] != dtype:

@@ -2,17 +2,19 @@
 ``fastreplay.integrations.rlightning``.
 
 When the real ``rlightning`` package is importable its own classes and
-functions are used (so users' objects pass ``isinstance`` checks either
-way); otherwise these compatible definitions stand in: the same fields,
-defaults and methods that the buffer path uses, written for this project.
+functions are exported (so users' objects pass ``isinstance`` checks either
+way); otherwise these compatible definitions (the underscored ones) stand
+in: the same fields, defaults and methods that the buffer path uses,
+written for this project.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -27,7 +29,7 @@ PROCESSED_ENV_RET_FIELDS = ("next_observation", "reward", "terminated", "truncat
 
 
 @dataclass
-class EnvRet:
+class _EnvRet:
     """What an env actor sends after ``reset``/``step`` for one env id."""
 
     env_id: str
@@ -54,7 +56,7 @@ class EnvRet:
             out[k] = v
         return out
 
-    def mark_env_sent(self) -> EnvRet:
+    def mark_env_sent(self) -> _EnvRet:
         self.ts_env_sent_ns = time.time_ns()
         return self
 
@@ -71,7 +73,7 @@ class EnvRet:
         return hash(self.env_id)
 
 
-class PolicyResponse(SimpleNamespace):
+class _PolicyResponse(SimpleNamespace):
     """A policy's answer for one env id: ``PolicyResponse(env_id, action=...)``."""
 
     def __init__(self, env_id: str, **data: Any) -> None:
@@ -85,7 +87,7 @@ class PolicyResponse(SimpleNamespace):
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._fields}
 
-    def mark_policy_sent(self) -> PolicyResponse:
+    def mark_policy_sent(self) -> _PolicyResponse:
         self.ts_policy_sent_ns = time.time_ns()
         return self
 
@@ -99,7 +101,7 @@ class PolicyResponse(SimpleNamespace):
 
 
 @dataclass
-class EnvMeta:
+class _EnvMeta:
     """An env's metadata; ``num_envs`` > 1 for a vectorised env."""
 
     env_id: str | None = None
@@ -108,17 +110,17 @@ class EnvMeta:
     num_envs: int | None = None
 
 
-def default_obs_preprocessor(obs_seq: Any) -> Any:
+def _default_obs_preprocessor(obs_seq: Any) -> Any:
     """Observations as they are."""
     return obs_seq
 
 
-def default_reward_preprocessor(rew_seq: Any) -> Any:
+def _default_reward_preprocessor(rew_seq: Any) -> Any:
     """Rewards as they are."""
     return rew_seq
 
 
-def default_env_ret_preprocess_fn(transition_dict: dict[str, Any], env_ret: Any,
+def _default_env_ret_preprocess_fn(transition_dict: dict[str, Any], env_ret: Any,
                                   obs_preprocessor: Callable[[Any], Any],
                                   reward_preprocessor: Callable[[Any], Any]
                                   ) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def default_env_ret_preprocess_fn(transition_dict: dict[str, Any], env_ret: Any,
     return transition_dict
 
 
-def default_policy_resp_preprocess_fn(transition_dict: dict[str, Any],
+def _default_policy_resp_preprocess_fn(transition_dict: dict[str, Any],
                                       policy_resp: Any) -> dict[str, Any]:
     """Put a PolicyResponse's fields into the transition."""
     if not isinstance(policy_resp, PolicyResponse):
@@ -143,15 +145,16 @@ def default_policy_resp_preprocess_fn(transition_dict: dict[str, Any],
     return transition_dict
 
 
-def default_preprocess_fn(
+def _default_preprocess_fn(
     transition_dict: dict[str, Any],
     env_ret: Any = None,
     policy_resp: Any = None,
-    obs_preprocessor: Callable[[Any], Any] = default_obs_preprocessor,
-    reward_preprocessor: Callable[[Any], Any] = default_reward_preprocessor,
-    env_ret_preprocess_fn: Callable[..., dict[str, Any]] = default_env_ret_preprocess_fn,
+    obs_preprocessor: Callable[[Any], Any] = _default_obs_preprocessor,
+    reward_preprocessor: Callable[[Any], Any] = _default_reward_preprocessor,
+    env_ret_preprocess_fn: Callable[..., dict[str, Any]] = (
+        _default_env_ret_preprocess_fn),
     policy_resp_preprocess_fn: Callable[..., dict[str, Any]] = (
-        default_policy_resp_preprocess_fn),
+        _default_policy_resp_preprocess_fn),
 ) -> dict[str, Any]:
     """Fill the transition from an EnvRet, a PolicyResponse or both (the
     synchronous path gives both; the asynchronous one, one at a time)."""
@@ -169,7 +172,7 @@ def default_preprocess_fn(
     return transition_dict
 
 
-def default_postprocess_fn(episode_buffer: dict[str, list[Any]]) -> dict[str, Any]:
+def _default_postprocess_fn(episode_buffer: dict[str, list[Any]]) -> dict[str, Any]:
     """Turn an episode's per-step lists into training tensors of T - 1 steps:
     ``observation``/``next_observation`` from the observations, each
     ``last_x`` shifted to ``x`` (the outcome of step t), policy fields without
@@ -189,3 +192,32 @@ def default_postprocess_fn(episode_buffer: dict[str, list[Any]]) -> dict[str, An
         elif key not in env_side:
             data[key] = v[:-1]
     return data
+
+
+# The real package's types and functions when it is installed, else ours.
+try:
+    import rlightning.buffer.utils.preprocessors as _up_pre
+    import rlightning.buffer.utils.utils as _up_utils
+    import rlightning.types as _up_types
+except ImportError:
+    _up_pre = _up_utils = _up_types = None
+
+_HAVE_UPSTREAM = _up_types is not None
+EnvRet: Any = _up_types.EnvRet if _HAVE_UPSTREAM else _EnvRet
+PolicyResponse: Any = _up_types.PolicyResponse if _HAVE_UPSTREAM else _PolicyResponse
+EnvMeta: Any = _up_types.EnvMeta if _HAVE_UPSTREAM else _EnvMeta
+default_obs_preprocessor: Callable[..., Any] = (
+    _up_pre.default_obs_preprocessor if _HAVE_UPSTREAM else _default_obs_preprocessor)
+default_reward_preprocessor: Callable[..., Any] = (
+    _up_pre.default_reward_preprocessor if _HAVE_UPSTREAM
+    else _default_reward_preprocessor)
+default_env_ret_preprocess_fn: Callable[..., Any] = (
+    _up_utils.default_env_ret_preprocess_fn if _HAVE_UPSTREAM
+    else _default_env_ret_preprocess_fn)
+default_policy_resp_preprocess_fn: Callable[..., Any] = (
+    _up_utils.default_policy_resp_preprocess_fn if _HAVE_UPSTREAM
+    else _default_policy_resp_preprocess_fn)
+default_preprocess_fn: Callable[..., Any] = (
+    _up_utils.default_preprocess_fn if _HAVE_UPSTREAM else _default_preprocess_fn)
+default_postprocess_fn: Callable[..., Any] = (
+    _up_utils.default_postprocess_fn if _HAVE_UPSTREAM else _default_postprocess_fn)

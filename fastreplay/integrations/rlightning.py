@@ -24,7 +24,8 @@ import logging
 import numbers
 import time
 from collections import defaultdict
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -32,31 +33,17 @@ from tensordict import TensorDict
 
 from fastreplay.integrations._rl_episodes import ActiveEpisodes, SubEpisodes
 from fastreplay.integrations._rl_ring import SlotRing
-
-try:  # the real types when rlightning is installed
-    from rlightning.buffer.utils.preprocessors import (  # type: ignore
-        default_obs_preprocessor,
-        default_reward_preprocessor,
-    )
-    from rlightning.buffer.utils.utils import (  # type: ignore
-        default_env_ret_preprocess_fn,
-        default_policy_resp_preprocess_fn,
-        default_postprocess_fn,
-        default_preprocess_fn,
-    )
-    from rlightning.types import EnvMeta, EnvRet, PolicyResponse  # type: ignore
-except ImportError:
-    from fastreplay.integrations._rl_types import (
-        EnvMeta,
-        EnvRet,
-        PolicyResponse,
-        default_env_ret_preprocess_fn,
-        default_obs_preprocessor,
-        default_policy_resp_preprocess_fn,
-        default_postprocess_fn,
-        default_preprocess_fn,
-        default_reward_preprocessor,
-    )
+from fastreplay.integrations._rl_types import (
+    EnvMeta,
+    EnvRet,
+    PolicyResponse,
+    default_env_ret_preprocess_fn,
+    default_obs_preprocessor,
+    default_policy_resp_preprocess_fn,
+    default_postprocess_fn,
+    default_preprocess_fn,
+    default_reward_preprocessor,
+)
 
 __all__ = ["BufferView", "EnvMeta", "EnvRet", "PolicyResponse", "Storage",
            "default_env_ret_preprocess_fn", "default_obs_preprocessor",
@@ -144,21 +131,22 @@ class Storage:
                              f"got {mode!r}")
         if unit not in _UNITS:
             raise ValueError(f"unit must be 'transition' or 'episode', got {unit!r}")
-        self.capacity = int(capacity)
-        self.mode = mode
-        self.unit = unit
-        self.device = torch.device(device) if isinstance(device, str) else device
-        self.auto_truncate_episode = auto_truncate_episode
+        self.capacity: int = int(capacity)
+        self.mode: str = mode
+        self.unit: str = unit
+        self.device: torch.device = (torch.device(device) if isinstance(device, str)
+                                     else device)
+        self.auto_truncate_episode: bool = auto_truncate_episode
         self.transitions_buffer: defaultdict[str, Any] = defaultdict(dict)
-        self.episodes_buffer = ActiveEpisodes(env_meta_list, auto_truncate_episode,
-                                              postprocess_fn, self.device)
-        self._ring = SlotRing(self.capacity, _MODES[mode], unit == "episode",
-                              self.device)
-        self._obs_preprocessor = obs_preprocessor
-        self._reward_preprocessor = reward_preprocessor
-        self._env_ret_preprocess_fn = env_ret_preprocess_fn
-        self._policy_resp_preprocess_fn = policy_resp_preprocess_fn
-        self._preprocess_fn = preprocess_fn
+        self.episodes_buffer: ActiveEpisodes = ActiveEpisodes(
+            env_meta_list, auto_truncate_episode, postprocess_fn, self.device)
+        self._ring: SlotRing = SlotRing(self.capacity, _MODES[mode],
+                                        unit == "episode", self.device)
+        self._obs_preprocessor: Callable[..., Any] = obs_preprocessor
+        self._reward_preprocessor: Callable[..., Any] = reward_preprocessor
+        self._env_ret_preprocess_fn: Callable[..., Any] = env_ret_preprocess_fn
+        self._policy_resp_preprocess_fn: Callable[..., Any] = policy_resp_preprocess_fn
+        self._preprocess_fn: Callable[..., Any] = preprocess_fn
         self.timing_raw: dict[str, dict[str, float]] = {}
 
     # -- size -----------------------------------------------------------------
@@ -213,13 +201,13 @@ class Storage:
             return ring.rows(slots, (len(pos), int(lengths[0])))
         rows = ring.rows(slots, (len(slots),))
         cuts = np.cumsum(lengths)[:-1]
-        parts = [{} for _ in lengths]
+        parts: list[dict[str, Any]] = [{} for _ in lengths]
         for path in ring.paths:
             d = rows
             for k in path[:-1]:
                 d = d[k]
-            for part, piece in zip(parts, torch.tensor_split(d[path[-1]], cuts.tolist()),
-                                   strict=True):
+            pieces = torch.tensor_split(d[path[-1]], cuts.tolist())
+            for part, piece in zip(parts, pieces, strict=True):
                 p = part
                 for k in path[:-1]:
                     p = p.setdefault(k, {})
