@@ -433,6 +433,15 @@ def test_uniform_results_are_independent_of_later_writes():
     assert torch.equal(out.reward, before)
 
 
+def test_uniform_results_are_contiguous_and_writable():
+    r = uniform(steps=4)
+    for out in (r.replay(6, 3), r.replay_all()):
+        for f in ("step_type", "reward", "observation", "env_id"):
+            t = getattr(out, f)
+            assert t.is_contiguous()
+            t.view(-1)[0] = 0  # a view of the whole batch, writable
+
+
 def test_uniform_zero_sized_replays():
     r = uniform(steps=2)
     assert r.replay(0, 2).observation.shape == (0, 2, 3)

@@ -24,7 +24,6 @@ from hypothesis.stateful import (  # noqa: E402
     rule,
 )
 
-from fastreplay.integrations._alf_rings import EnvRings  # noqa: E402
 from fastreplay.integrations.alf import (  # noqa: E402
     CyclicOneTimeExperienceReplayer,
     Experience,
@@ -66,15 +65,6 @@ class RingModel:
         self.size = [0] * self.num_envs
 
 
-def with_block(replayer, block: int):  # type: ignore[no-untyped-def]
-    """``replayer`` with rings of ``block`` positions per stored slot (16 by
-    default, more than these small rings hold)."""
-    old = replayer._rings
-    replayer._rings = EnvRings(old.dtypes, old.shapes, old.num_envs, old.max_length,
-                               block)
-    return replayer
-
-
 def make_step(envs: list[int], values: list[int]) -> Experience:
     v = torch.tensor(values, dtype=torch.int64)
     return Experience(step_type=(v % 3).to(torch.int32), reward=v,
@@ -99,11 +89,9 @@ class UniformMachine(RuleBasedStateMachine):
     """Random observes (env subsets, outer rank 1 and 3, duplicates),
     replays, replay_all and clear on the adapter and on RingModel."""
 
-    @initialize(num_envs=st.integers(1, 5), max_length=st.integers(1, 9),
-                block=st.integers(1, 4))
-    def setup(self, num_envs: int, max_length: int, block: int) -> None:
-        ours = SyncUniformExperienceReplayer(SPEC, num_envs, max_length)
-        self.ours = with_block(ours, block)
+    @initialize(num_envs=st.integers(1, 5), max_length=st.integers(1, 9))
+    def setup(self, num_envs: int, max_length: int) -> None:
+        self.ours = SyncUniformExperienceReplayer(SPEC, num_envs, max_length)
         self.model = RingModel(num_envs, max_length)
         self.counter = 0
         torch.manual_seed(0)
@@ -192,9 +180,7 @@ def test_cyclic_matches_the_model(data, actors, per_actor, rollout_length, cycle
     replays them: the last rollout_length + 1 steps of those envs (all of
     them on an env's first cycle, fix A3), oldest first."""
     num_envs = actors * per_actor
-    ours = with_block(CyclicOneTimeExperienceReplayer(SPEC, num_envs, actors,
-                                                      rollout_length, 1),
-                      data.draw(st.integers(1, 3)))
+    ours = CyclicOneTimeExperienceReplayer(SPEC, num_envs, actors, rollout_length, 1)
     model = RingModel(num_envs, rollout_length + 1)
     counter = 0
     for _ in range(cycles):

@@ -27,7 +27,6 @@ from fastreplay.integrations._alf_nest import (
     exp_leaves,
     flatten,
     from_numpy,
-    np_dtype,
     outer_rank,
     pack,
     spec_columns,
@@ -164,8 +163,7 @@ class SyncUniformExperienceReplayer:
         self._columns: list[Column] = spec_columns(experience_spec)
         self._num_envs = _positive(batch_size, "batch_size")
         self._max_length = _positive(max_length, "max_length")
-        self._rings = EnvRings([np_dtype(c) for c in self._columns],
-                               [c.shape for c in self._columns], self._num_envs,
+        self._rings = EnvRings([c.name for c in self._columns], self._num_envs,
                                self._max_length)
         env = [i for i, c in enumerate(self._columns) if c.path == ("env_id",)]
         self._env_column = env[0] if env else None
@@ -230,7 +228,7 @@ class SyncUniformExperienceReplayer:
         ordered = np.sort(env, axis=1)
         if (ordered[:, 1:] == ordered[:, :-1]).any():
             raise AssertionError(f"There are duplicated ids in env_ids {env.tolist()}")
-        self._rings.append(env, self._rings.pack(rows))
+        self._rings.append(env, rows)
 
     @property
     def _size(self) -> np.ndarray:
@@ -249,9 +247,9 @@ class SyncUniformExperienceReplayer:
         if pos.size == 0:
             return self._build([torch.empty((n, length, *c.shape), dtype=c.dtype)
                                 for c in self._columns])
-        columns = self._rings.unpack(self._rings.read(env, pos), (n, length))
-        return self._build([from_numpy(a, c) for c, a in zip(self._columns, columns,
-                                                              strict=True)])
+        columns = self._rings.read(env, pos)
+        return self._build([from_numpy(a.reshape(n, length, *c.shape), c)
+                            for c, a in zip(self._columns, columns, strict=True)])
 
     def replay(self, sample_batch_size: int, mini_batch_length: int) -> Any:
         """``sample_batch_size`` windows of ``mini_batch_length`` consecutive
