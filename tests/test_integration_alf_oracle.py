@@ -89,9 +89,12 @@ class UniformMachine(RuleBasedStateMachine):
     """Random observes (env subsets, outer rank 1 and 3, duplicates),
     replays, replay_all and clear on the adapter and on RingModel."""
 
-    @initialize(num_envs=st.integers(1, 5), max_length=st.integers(1, 9))
-    def setup(self, num_envs: int, max_length: int) -> None:
+    @initialize(num_envs=st.integers(1, 5), max_length=st.integers(1, 9),
+                compact=st.integers(1, 10))
+    def setup(self, num_envs: int, max_length: int, compact: int) -> None:
         self.ours = SyncUniformExperienceReplayer(SPEC, num_envs, max_length)
+        # envs' fresh steps are rewritten env by env every `compact` steps
+        self.ours._rings.compact = min(compact, max_length)
         self.model = RingModel(num_envs, max_length)
         self.counter = 0
         torch.manual_seed(0)
