@@ -168,6 +168,7 @@ class SyncUniformExperienceReplayer:
         env = [i for i, c in enumerate(self._columns) if c.path == ("env_id",)]
         self._env_column = env[0] if env else None
         self._build = builder(experience_spec)
+        self._rounds: dict[int, np.ndarray] = {}  # S // B -> envs of those rounds
 
     # ------------------------------------------------------------ observe
 
@@ -243,11 +244,15 @@ class SyncUniformExperienceReplayer:
     def _read(self, env: np.ndarray, pos: np.ndarray) -> Any:
         """The spec's nest of ``[N, T, ...]`` tensors of envs ``env`` [N] at
         ring positions ``pos`` [N, T]."""
-        n, length = pos.shape
-        if pos.size == 0:
+        return self._read_slots((env * self._max_length)[:, None] + pos)
+
+    def _read_slots(self, slots: np.ndarray) -> Any:
+        """The spec's nest of ``[N, T, ...]`` tensors of ``slots`` [N, T]."""
+        n, length = slots.shape
+        if slots.size == 0:
             return self._build([torch.empty((n, length, *c.shape), dtype=c.dtype)
                                 for c in self._columns])
-        columns = self._rings.read(env, pos)
+        columns = self._rings.read(slots.reshape(-1))
         return self._build([from_numpy(a.reshape(n, length, *c.shape), c)
                             for c, a in zip(self._columns, columns, strict=True)])
 
@@ -268,19 +273,29 @@ class SyncUniformExperienceReplayer:
         if batch < 0 or length < 0:
             raise ValueError(f"replay({sample_batch_size}, {mini_batch_length}): "
                              f"sizes must be >= 0")
-        min_size = int(self._size.min())
+        rings, ml = self._rings, self._max_length
+        min_size = int(rings.size.min())
         if min_size < length:
             raise AssertionError(
                 f"Not all environments have enough data. The smallest data size is: "
                 f"{min_size} Try storing more data before calling replay")
         rounds, rest = divmod(batch, self._num_envs)
-        env = np.arange(rounds * self._num_envs, dtype=np.int64) % self._num_envs
+        env = self._rounds.get(rounds)
+        if env is None:
+            env = np.arange(rounds * self._num_envs, dtype=np.int64) % self._num_envs
+            self._rounds = {rounds: env}
         if rest:
             env = np.concatenate([env, torch.randperm(self._num_envs)[:rest].numpy()])
         r = torch.rand(batch, dtype=torch.float64).numpy()
-        size = self._size[env]
-        start = (r * (size - length + 1)).astype(np.int64) + self._pos[env] - size
-        return self._read(env, (start[:, None] + np.arange(length)) % self._max_length)
+        size = rings.size[env]
+        start = (r * (size - length + 1)).astype(np.int64)  # among the valid starts
+        start += rings.pos[env] - size + ml
+        start %= ml
+        slots = (env * ml + start)[:, None] + np.arange(length)
+        wrap = start > ml - length
+        if wrap.any():  # windows that run past the ring's end continue at 0
+            slots[wrap] -= ml * ((start[wrap, None] + np.arange(length)) >= ml)
+        return self._read_slots(slots)
 
     def _all(self, env: np.ndarray) -> Any:
         """Every step of envs ``env``, oldest first (A2); their sizes must agree."""

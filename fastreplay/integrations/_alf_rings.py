@@ -75,10 +75,9 @@ class EnvRings:
         self.store.write_columns(slots, self.names, self.store.read_columns(slots))
         self.fresh[envs] = 0
 
-    def read(self, env: np.ndarray, pos: np.ndarray) -> list[np.ndarray]:
-        """Each column's rows of env ``env[i]`` at ring positions
-        ``pos[i, :]`` (valid ones), ``[len(env) * pos.shape[1], *shape]``."""
-        return self.store.read_columns((env[:, None] * self.max_length + pos).reshape(-1))
+    def read(self, slots: np.ndarray) -> list[np.ndarray]:
+        """Each column's rows of ``slots`` (occupied ones), in column order."""
+        return self.store.read_columns(slots)
 
     def clear(self) -> None:
         self.pos[:] = 0
