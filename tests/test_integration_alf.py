@@ -442,6 +442,28 @@ def test_uniform_results_are_contiguous_and_writable():
             t.view(-1)[0] = 0  # a view of the whole batch, writable
 
 
+@pytest.mark.parametrize("kind", ["uniform", "cyclic", "one_time"])
+def test_replayers_pickle(kind):
+    import pickle
+
+    if kind == "one_time":
+        r = OnetimeExperienceReplayer()
+        for t in range(3):
+            r.observe(step(t))
+    elif kind == "uniform":
+        r = uniform(max_length=4, steps=6)
+    else:
+        r = cyclic(rollout_length=3)
+        r.observe(rollout(0, 3))
+    copy = pickle.loads(pickle.dumps(r))
+    a, b = r.replay_all(), copy.replay_all()
+    assert all(torch.equal(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor))
+    assert int(copy.total_size) == int(r.total_size)
+    if kind == "uniform":
+        copy.observe(step(6))
+        assert copy.replay_all().step_type[0].tolist() == [3, 4, 5, 6]
+
+
 def test_uniform_zero_sized_replays():
     r = uniform(steps=2)
     assert r.replay(0, 2).observation.shape == (0, 2, 3)

@@ -170,6 +170,17 @@ class SyncUniformExperienceReplayer:
         self._build = builder(experience_spec)
         self._rounds: dict[int, np.ndarray] = {}  # S // B -> envs of those rounds
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling keeps the spec and the rings (the store's rows)."""
+        state = dict(self.__dict__)
+        del state["_build"], state["_rounds"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build = builder(self._experience_spec)
+        self._rounds = {}
+
     # ------------------------------------------------------------ observe
 
     def observe(self, exp: Any) -> None:
