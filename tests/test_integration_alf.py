@@ -490,6 +490,32 @@ def test_replayers_pickle(kind):
         assert copy.replay_all().step_type[0].tolist() == [3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("kind", ["uniform", "cyclic"])
+def test_replayers_unpickled_from_read_only_buffers_still_work(kind):
+    """Ray hands numpy arrays out of its object store read-only: the
+    unpickled rings must still advance, compact and clear."""
+    import pickle
+
+    r = uniform(max_length=4, steps=6) if kind == "uniform" else cyclic(3)
+    if kind == "cyclic":
+        r.observe(rollout(0, 3))
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(r, protocol=5, buffer_callback=buffers.append)
+    frozen = [memoryview(b.raw()).toreadonly() for b in buffers]
+    copy = pickle.loads(data, buffers=frozen)
+    pickle.loads(data, buffers=frozen).clear()
+    if kind == "cyclic":
+        copy.replay_all()
+        copy.observe(rollout(3, 3))
+        assert copy.replay_all().step_type.tolist() == [[2, 3, 4, 5]] * B
+    else:
+        for t in range(6, 40):
+            copy.observe(step(t))
+        assert copy.replay_all().step_type[0].tolist() == [36, 37, 38, 39]
+    copy.clear()
+    assert int(copy.total_size) == (4 * B if kind == "cyclic" else 0)
+
+
 def test_uniform_zero_sized_replays():
     r = uniform(steps=2)
     assert r.replay(0, 2).observation.shape == (0, 2, 3)

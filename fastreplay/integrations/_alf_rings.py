@@ -79,6 +79,11 @@ class EnvRings:
         """Each column's rows of ``slots`` (occupied ones), in column order."""
         return self.store.read_columns(slots)
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Ray unpickles numpy arrays read-only (out of its object store).
+        self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v
+                              for k, v in state.items()})
+
     def clear(self) -> None:
         self.pos[:] = 0
         self.size[:] = 0
