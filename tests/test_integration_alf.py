@@ -483,7 +483,8 @@ def test_replayers_pickle(kind):
         r.observe(rollout(0, 3))
     copy = pickle.loads(pickle.dumps(r))
     a, b = r.replay_all(), copy.replay_all()
-    assert all(torch.equal(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)
+               if isinstance(x, torch.Tensor))
     assert int(copy.total_size) == int(r.total_size)
     if kind == "uniform":
         copy.observe(step(6))

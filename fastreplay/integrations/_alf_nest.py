@@ -157,7 +157,7 @@ def _children(node: Any) -> Iterator[tuple[Any, Any]] | None:
     if isinstance(node, Mapping):
         return iter(node.items())
     if _is_namedtuple(node):
-        return iter(zip(type(node)._fields, node))
+        return iter(zip(type(node)._fields, node, strict=True))
     if isinstance(node, (tuple, list)):
         return iter(enumerate(node))
     return None
@@ -190,8 +190,9 @@ def pack(template: Any, leaf: Callable[[Path], Any], path: Path = ()) -> Any:
         except TypeError:
             return dict(items)
     if _is_namedtuple(template):
+        fields = type(template)._fields
         return type(template)(*[pack(v, leaf, (*path, k))
-                                for k, v in zip(type(template)._fields, template)])
+                                for k, v in zip(fields, template, strict=True)])
     return type(template)([pack(v, leaf, (*path, i)) for i, v in enumerate(template)])
 
 
