@@ -54,7 +54,8 @@ def make(capacity: int, unit: str) -> Any:
         reward_preprocessor=rl.default_reward_preprocessor,
         env_ret_preprocess_fn=rl.default_env_ret_preprocess_fn,
         policy_resp_preprocess_fn=rl.default_policy_resp_preprocess_fn,
-        preprocess_fn=rl.default_preprocess_fn, postprocess_fn=rl.default_postprocess_fn,
+        preprocess_fn=rl.default_preprocess_fn,
+        postprocess_fn=rl.default_postprocess_fn,
         auto_truncate_episode=True)
 
 

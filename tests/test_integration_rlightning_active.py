@@ -23,7 +23,8 @@ import numpy as np  # noqa: E402
 from _rlightning_impls import IMPLS, load_impl  # noqa: E402
 
 TensorDict = tensordict.TensorDict
-KEYS = {"observation", "next_observation", "reward", "terminated", "truncated", "action"}
+KEYS = {"observation", "next_observation", "reward", "terminated", "truncated",
+        "action"}
 
 
 @pytest.fixture(params=IMPLS)
@@ -50,7 +51,8 @@ def pair(impl, env_id, env, t, done=False, truncated=False, n=None):
         term[list(done or [])] = True
         er = impl.EnvRet(env_id=env_id, observation=obs(env, t, n),
                          last_reward=torch.full((n,), float(t)),
-                         last_terminated=term, last_truncated=torch.zeros(n, dtype=torch.bool))
+                         last_terminated=term,
+                         last_truncated=torch.zeros(n, dtype=torch.bool))
         pr = impl.PolicyResponse(env_id=env_id,
                                  action=torch.arange(n) * 1000 + env * 100 + t)
     return er, pr
@@ -240,7 +242,8 @@ def test_auto_truncate_splits_sub_envs(impl, unit):
 
 @pytest.mark.parametrize("unit", ["transition", "episode"])
 def test_without_auto_truncate_sub_env_episodes_are_stored_at_once(impl, unit):
-    s = impl.make(40, unit=unit, env_meta_list=meta(impl, 3), auto_truncate_episode=False)
+    s = impl.make(40, unit=unit, env_meta_list=meta(impl, 3),
+                  auto_truncate_episode=False)
     for t in range(4):
         step(impl, s, "v", 5, t, n=3, done=[1] if t == 2 else None)
     assert len(s) == 0
@@ -280,4 +283,5 @@ def test_without_env_meta_every_env_is_single(impl):
     assert len(s) == 2  # one episode of [2, 2, ...] rows, not split
     rows = s[0:2]
     assert tuple(rows["observation"].shape) == (2, 2, 3)
-    assert torch.equal(rows["observation"], torch.stack([obs(4, t, 2) for t in range(2)]))
+    want = torch.stack([obs(4, t, 2) for t in range(2)])
+    assert torch.equal(rows["observation"], want)

@@ -133,8 +133,8 @@ def test_list_and_num_envs_pushes(impl):
 
 def test_tensordict_episode_with_nested_keys(impl):
     n = 3
-    td = TensorDict({"obs": {"pos": torch.arange(2 * n, dtype=torch.float32).reshape(n, 2)},
-                     "action": torch.arange(n)}, batch_size=[n])
+    pos = torch.arange(2 * n, dtype=torch.float32).reshape(n, 2)
+    td = TensorDict({"obs": {"pos": pos}, "action": torch.arange(n)}, batch_size=[n])
     s = impl.make(8, unit="episode")
     s.add_episode(td)
     s.add_episode(td)

@@ -203,7 +203,8 @@ class StorageMachine(RuleBasedStateMachine):
     @rule(num_envs=st.integers(2, 3), length=st.integers(1, 4))
     def push_envs(self, num_envs: int, length: int) -> None:
         pushes = [self._rows(length) for _ in range(num_envs)]
-        if self.mode == "fixed" and self.o.pointer + num_envs * length > self.o.capacity:
+        total = num_envs * length
+        if self.mode == "fixed" and self.o.pointer + total > self.o.capacity:
             return
         cols = [columns(r[0], length) for r in pushes]
         episode = {k: torch.stack([c[k] for c in cols], dim=1) for k in cols[0]}
@@ -241,7 +242,8 @@ class StorageMachine(RuleBasedStateMachine):
             return  # empty reads: not specified
         self._read(idx)
 
-    @rule(idx=st.lists(st.integers(-14, 14), min_size=1, max_size=8), tensor=st.booleans())
+    @rule(idx=st.lists(st.integers(-14, 14), min_size=1, max_size=8),
+          tensor=st.booleans())
     def read_array(self, idx: list[int], tensor: bool) -> None:
         self._read(torch.tensor(idx) if tensor else np.array(idx))
 
@@ -281,7 +283,8 @@ class StorageMachine(RuleBasedStateMachine):
 @pytest.mark.parametrize("unit", ["transition", "episode"])
 @pytest.mark.parametrize("mode", ["circular", "fixed"])
 def test_storage_matches_oracle(mode: str, unit: str) -> None:
-    machine = type(f"Storage_{mode}_{unit}", (StorageMachine,), {"mode": mode, "unit": unit})
+    machine = type(f"Storage_{mode}_{unit}", (StorageMachine,),
+                   {"mode": mode, "unit": unit})
     run_state_machine_as_test(
         machine,
         settings=settings(stateful_step_count=30, deadline=None,
