@@ -382,6 +382,24 @@ cdef extern from "rows.h" nogil:
                                  int64_t n_rows, int32_t compression)
 
 
+cdef extern from "slots.h" nogil:
+    ctypedef struct fr_slots:
+        pass
+    fr_slots *fr_slots_new(int64_t capacity, fr_store *store)
+    void fr_slots_free(fr_slots *s)
+    int fr_slots_write(fr_slots *s, int32_t n_cols, const fr_spec *specs,
+                       const void *const *cols, int64_t n, const int64_t *slots,
+                       const int32_t *compression, uint64_t *chunk_key, int64_t *bad)
+    int fr_slots_erase(fr_slots *s, int64_t n, const int64_t *slots, int64_t *bad)
+    void fr_slots_clear(fr_slots *s)
+    int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *outs,
+                      int32_t *counter, int64_t *bad)
+    int64_t fr_slots_occupied(fr_slots *s, int64_t *out, int64_t cap)
+    int64_t fr_slots_size(fr_slots *s)
+    int32_t fr_slots_columns(fr_slots *s)
+    const fr_spec *fr_slots_spec(fr_slots *s, int32_t c)
+
+
 cdef extern from "frames.h" nogil:
     ctypedef struct fr_frames:
         pass

@@ -2,22 +2,20 @@
 
 The storage under the framework adapters (rlightning's ``Storage``, ALF's
 replayers), which address data by ring position rather than by sampling:
-slot ``s`` holds one row of every column.  Each occupied slot is one item of
-a private compiled table (``_core.TableCore``), its columns squeezed rows in
-chunks of the store (``_core.insert_rows``: one call per write, compressed
-by the same rule as every column); a read looks the slots' items up and
-gathers their rows in C without the GIL (``TableCore.lookup_batch``).
+slot ``s`` holds one row of every column.  The rows live in chunks of a
+``_core.ChunkStore`` (compressed by the same rule as every column), and a
+compiled slot table (``_core.SlotTable``, csrc/slots.h) points each slot at
+its rows: a write is one call that copies the rows into chunks, a read one
+call that gathers the rows of any slots in C without the GIL.  A chunk is
+freed when the last slot pointing into it is overwritten.
 
-Overwriting a slot deletes its old item first, so the table holds at most
-``capacity`` items and a chunk is freed when its last row is overwritten.
-
-Not thread-safe: the adapters own one store each and call it from one
-thread at a time (as their upstreams do).
+Thread-safe as far as the slot table is; the column bookkeeping here
+expects one writer at a time (the adapters, as their upstreams, are used
+from one thread).
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,24 +44,25 @@ class SlotStore:
         self._capacity = int(capacity)
         self._name = name
         self._compression = compression_mode(compression, name)
-        self._table = self._new_table()
         self._store = _core.ChunkStore()
-        self._keys = np.full(self._capacity, -1, dtype=np.int64)  # slot -> key
-        self._next_key = 0
-        self._chunk_key = secrets.randbits(62)
+        self._table = _core.SlotTable(self._capacity, self._store)
         self._names: list[str] | None = None
         self._specs: list[tuple[np.dtype[Any], tuple[int, ...]]] = []
-        self._paths: list[str] = []
-
-    def _new_table(self) -> _core.TableCore:
-        kinds = _core.SELECTOR_KINDS
-        return _core.TableCore(self._name, kinds["uniform"], 1.0, kinds["fifo"], 1.0,
-                               self._capacity, 0, 1.0, 0, -1e308, 1e308,
-                               secrets.randbits(63))
 
     @property
     def capacity(self) -> int:
         return self._capacity
+
+    def _modes(self, n: int) -> list[int] | None:
+        """The table's compression argument (None: AUTO, checked nowhere)."""
+        if self._compression == _core.COMPRESSION_AUTO:
+            return None
+        return [self._compression] * n
+
+    @property
+    def chunk_store(self) -> _core.ChunkStore:
+        """The store of the rows' chunks (``stats()``: live chunks, bytes)."""
+        return self._store
 
     @property
     def names(self) -> list[str] | None:
@@ -75,122 +74,109 @@ class SlotStore:
         """Column name -> (dtype, row shape)."""
         return dict(zip(self._names or [], self._specs, strict=True))
 
-    def occupied(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        return self._keys[np.asarray(slots, dtype=np.int64)] >= 0
-
     def __len__(self) -> int:
         """Occupied slots."""
         return int(self._table.size())
 
-    def _columns(self, columns: Mapping[str, Any], n: int) -> list[np.ndarray]:
-        """The values in storage order, checked against the schema."""
-        if self._names is None:
-            names = list(columns)
-            if not names:
-                raise ValueError(f"{self._name}: a write needs at least one column")
-        else:
-            names = self._names
-            if columns.keys() != set(names):
-                missing = sorted(set(names) - columns.keys())
-                extra = sorted(columns.keys() - set(names))
-                raise ValueError(
-                    f"{self._name}: the columns differ from the stored ones "
-                    f"(missing {missing}, unexpected {extra})")
-        values = []
-        for k in names:
-            v = np.ascontiguousarray(columns[k])
+    def _columns(self, columns: Mapping[str, Any], n: int) -> tuple[list[str],
+                                                                    list[np.ndarray]]:
+        """The names and values in storage order, checked against the
+        schema (the table checks dtypes and shapes)."""
+        names = list(columns) if self._names is None else self._names
+        if not names:
+            raise ValueError(f"{self._name}: a write needs at least one column")
+        if self._names is not None and columns.keys() != set(names):
+            missing = sorted(set(names) - columns.keys())
+            extra = sorted(columns.keys() - set(names))
+            raise ValueError(f"{self._name}: the columns differ from the stored ones "
+                             f"(missing {missing}, unexpected {extra})")
+        values = [np.asarray(columns[k]) for k in names]
+        for k, v in zip(names, values, strict=True):
             if v.ndim == 0 or len(v) != n:
                 raise ValueError(f"{self._name}: column {k!r} has "
                                  f"{len(v) if v.ndim else 0} rows, expected {n}")
-            values.append(v)
-        if self._names is not None:
-            for k, v, (dt, shape) in zip(names, values, self._specs, strict=True):
-                if v.dtype != dt or v.shape[1:] != shape:
-                    raise ValueError(
-                        f"{self._name}: column {k!r} has rows of {v.dtype} "
-                        f"{v.shape[1:]}, the stored rows are {dt} {shape}")
-        else:
-            self._names = names
-            self._specs = [(v.dtype, v.shape[1:]) for v in values]
-            self._paths = [repr((k,)) for k in names]
-        return values
+        return names, values
 
     def write(self, slots: npt.ArrayLike, columns: Mapping[str, Any]) -> None:
-        """Row ``i`` of every column goes to ``slots[i]`` (distinct slots in
-        range), replacing what the slot held."""
+        """Row ``i`` of every column goes to ``slots[i]``, replacing what the
+        slot held (a slot given twice keeps its last row)."""
         s = np.asarray(slots, dtype=np.int64).reshape(-1)
-        n = len(s)
-        if n == 0:
+        names, values = self._columns(columns, len(s))
+        if not len(s):
             return
-        if s.min() < 0 or s.max() >= self._capacity:
-            raise IndexError(f"{self._name}: slots out of range [0, {self._capacity})")
-        fresh = self._names is None
-        try:
-            values = self._columns(columns, n)
-        except BaseException:
-            if fresh:
-                self._names = None
-            raise
-        old = self._keys[s]
-        old = old[old >= 0]
-        if len(old):
-            self._table.mutate((), (), old.astype(np.uint64))
-            self._keys[s] = -1
-        keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
-        self._next_key += n
-        chunk_key = self._chunk_key
-        self._chunk_key = (self._chunk_key + n * len(values)) % 2**64
-        done = _core.insert_rows(self._table, self._store, self._paths, values,
-                                 keys.astype(np.uint64), np.ones(n), chunk_key,
-                                 None, 1, None, [self._compression] * len(values))
-        self._keys[s[:done]] = keys[:done]
-
-    def read(self, slots: npt.ArrayLike) -> dict[str, np.ndarray]:
-        """``{name: [len(slots), *shape]}`` rows of ``slots`` (repeats
-        allowed); KeyError for an empty slot."""
-        s = np.asarray(slots, dtype=np.int64).reshape(-1)
+        self._table.write(s, names, values, self._modes(len(values)))
         if self._names is None:
+            self._names = names
+            self._specs = [(v.dtype, v.shape[1:]) for v in values]
+
+    def write_columns(self, slots: npt.ArrayLike, names: list[str],
+                      values: list[np.ndarray]) -> None:
+        """``write`` of values in the order of ``names``, which must be the
+        stored names once there are any: the hot path (the table checks
+        dtypes, shapes and row counts)."""
+        if self._names is not None and names is not self._names \
+                and names != self._names:
+            raise ValueError(f"{self._name}: columns {names} differ from the stored "
+                             f"{self._names}")
+        s = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if not len(s):
+            return
+        self._table.write(s, names, values, self._modes(len(values)))
+        if self._names is None:
+            self._names = list(names)
+            self._specs = [(np.asarray(v).dtype, np.asarray(v).shape[1:])
+                           for v in values]
+
+    def read(self, slots: npt.ArrayLike, counter: np.ndarray | None = None
+             ) -> dict[str, np.ndarray]:
+        """``{name: [len(slots), *shape]}`` rows of ``slots`` (repeats
+        allowed); with ``counter`` (int32, one per slot) each read row adds
+        one to its slot's entry.  KeyError for an empty slot."""
+        if self._names is None:
+            s = np.asarray(slots, dtype=np.int64).reshape(-1)
             if len(s):
                 raise KeyError(f"{self._name}: slot {int(s[0])} is empty")
             return {}
-        if len(s) == 0:
-            return {k: np.empty((0, *shape), dt)
-                    for k, (dt, shape) in zip(self._names, self._specs, strict=True)}
-        keys = self._keys[s]
-        if keys.min() < 0:
-            bad = int(s[int(np.argmin(keys >= 0))])
-            raise KeyError(f"{self._name}: slot {bad} is empty")
-        columns, _squeeze, _sid = self._table.lookup_batch(keys.astype(np.uint64))
-        return dict(zip(self._names, columns, strict=True))
+        return dict(zip(self._names, self.read_columns(slots, counter), strict=True))
+
+    def read_columns(self, slots: npt.ArrayLike, counter: np.ndarray | None = None
+                     ) -> list[np.ndarray]:
+        """``read`` as a list in column order (``names``): the hot path."""
+        try:
+            return self._table.read(slots, counter)
+        except KeyError as e:
+            raise KeyError(f"{self._name}: {e.args[0]}") from None
 
     def erase(self, slots: npt.ArrayLike) -> None:
         """Empty ``slots`` (empty ones stay empty)."""
-        s = np.asarray(slots, dtype=np.int64).reshape(-1)
-        old = self._keys[s]
-        old = old[old >= 0]
-        if len(old):
-            self._table.mutate((), (), old.astype(np.uint64))
-        self._keys[s] = -1
+        self._table.erase(np.asarray(slots, dtype=np.int64).reshape(-1))
 
     def clear(self) -> None:
         """Empty every slot and forget the columns."""
-        self._table.reset()
-        self._keys[:] = -1
-        self._names, self._specs, self._paths = None, [], []
+        self._table.clear()
+        self._names, self._specs = None, []
+
+    def occupied(self) -> npt.NDArray[np.int64]:
+        """The occupied slots, ascending."""
+        if self._names is None:
+            return np.empty(0, dtype=np.int64)
+        return self._table.occupied()
 
     # Pickling (adapters live in Ray actors): the occupied slots' rows.
     def __getstate__(self) -> dict[str, Any]:
-        slots = np.flatnonzero(self._keys >= 0)
+        slots = self.occupied()
         return {"capacity": self._capacity, "name": self._name,
                 "compression": self._compression, "slots": slots,
-                "names": self._names, "specs": self._specs,
-                "rows": self.read(slots) if self._names is not None else {}}
+                "names": self._names, "rows": self.read(slots)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["capacity"], state["name"])  # type: ignore[misc]
         self._compression = state["compression"]
         if state["names"] is not None:
-            self._names = state["names"]
-            self._specs = state["specs"]
-            self._paths = [repr((k,)) for k in state["names"]]
-            self.write(state["slots"], state["rows"])
+            self._names = list(state["names"])
+            rows = state["rows"]
+            self._specs = [(rows[k].dtype, rows[k].shape[1:]) for k in self._names]
+            if len(state["slots"]):
+                self._table.write(state["slots"], self._names,
+                                  [rows[k] for k in self._names],
+                                  self._modes(len(self._names)))
