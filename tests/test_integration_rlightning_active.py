@@ -267,6 +267,39 @@ def test_without_auto_truncate_sub_env_episodes_are_stored_at_once(impl, unit):
         s.truncate_episodes(["v"])
 
 
+@pytest.mark.parametrize("unit", ["transition", "episode"])
+def test_sub_env_episodes_wrap_around(impl, unit):
+    # each truncation stores 2 sub-env episodes of 3 rows (6 slots) in one push
+    s = impl.make(10, unit=unit, env_meta_list=meta(impl, 2),
+                  auto_truncate_episode=False)
+    for r in range(2):
+        for t in range(4):
+            step(impl, s, "v", r, t, n=2)
+        s.truncate_episodes(["v"])
+    if unit == "transition":
+        # the second push is split: slots 6..9, then 0..1 (upstream's len is 8
+        # here, see test_circular_split_push_counts_both_parts)
+        assert len(s) == (8 if impl.upstream else 10)
+        got = s[np.arange(8)]["action"].tolist()
+        assert got == [1101, 1102, 2, 1000, 1001, 1002, 100, 101]
+    else:
+        assert len(s) == 2  # the second push starts at slot 0 and evicts the first
+        got = sorted(all_rows(s)["action"].tolist())
+        assert got == [[100, 101, 102], [1100, 1101, 1102]]
+        assert impl.counter(s).tolist() == [0] * 6 + [-1] * 4
+
+
+def test_oversize_sub_env_push_keeps_whole_episodes(impl):
+    s = impl.make(5, unit="episode", env_meta_list=meta(impl, 2),
+                  auto_truncate_episode=False)
+    for t in range(4):
+        step(impl, s, "v", 0, t, n=2)
+    s.truncate_episodes(["v"])  # 6 rows > 5: slots 0..4 hold rows 1..5
+    assert len(s) == 1
+    assert s[0]["action"].tolist() == [1000, 1001, 1002]
+    assert impl.counter(s).tolist() == [0, 0, 1, 1, 1]
+
+
 def test_unknown_env_id_raises_key_error(impl):
     s = impl.make(20, env_meta_list=meta(impl, 2))
     with pytest.raises(KeyError):
