@@ -318,3 +318,26 @@ def test_without_env_meta_every_env_is_single(impl):
     assert tuple(rows["observation"].shape) == (2, 2, 3)
     want = torch.stack([obs(4, t, 2) for t in range(2)])
     assert torch.equal(rows["observation"], want)
+
+
+@pytest.mark.parametrize("unit", ["transition", "episode"])
+def test_numpy_values_from_gym_envs(impl, unit):
+    # gymnasium envs give numpy observations and numpy scalars; extra policy
+    # outputs (logits) are stored like the action
+    s = impl.make(10, unit=unit)
+    for t in range(3):
+        er = impl.EnvRet(env_id="e", observation=np.full(3, t, dtype=np.float32),
+                         last_reward=np.float32(t), last_terminated=np.bool_(t == 2),
+                         info={"x": 1})
+        pr = impl.PolicyResponse(env_id="e", action=np.int64(t),
+                                 logits=np.full(2, t, dtype=np.float32))
+        s.add_transition(er, pr)
+    rows = s[0] if unit == "episode" else s[0:2]
+    assert set(rows) == KEYS | {"logits"}
+    assert rows["observation"].dtype == torch.float32
+    assert rows["observation"].tolist() == [[0.0] * 3, [1.0] * 3]
+    assert rows["next_observation"].tolist() == [[1.0] * 3, [2.0] * 3]
+    assert rows["reward"].dtype == torch.float32 and rows["reward"].tolist() == [1, 2]
+    assert rows["terminated"].tolist() == [False, True]
+    assert rows["action"].dtype == torch.int64 and rows["action"].tolist() == [0, 1]
+    assert rows["logits"].tolist() == [[0.0] * 2, [1.0] * 2]
