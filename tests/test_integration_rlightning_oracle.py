@@ -10,9 +10,13 @@ scalars are range-checked (R4), episode ``i`` is the i-th oldest (R5),
 ``get_data`` on an empty storage is empty (R6); and a split push counts
 both of its parts.
 
-Hypothesis drives pushes (single, lists, ``num_envs``), reads with every
-index kind, ``get_data``, ``clear`` and pickling round trips; after every
-step ``len`` and every counter are compared, and every read's rows.
+Hypothesis drives pushes (single, lists, ``num_envs``), episodes collected
+step by step (``add_transition``) for a single env and vectorised envs of 2
+and 3 sub-envs and stored by ``truncate_episodes`` (without auto-truncate:
+one push of env-major sub-episodes), reads with every index kind,
+``get_data``, ``clear`` (which keeps the episodes being collected) and
+pickling round trips; after every step ``len`` and every counter are
+compared, and every row read (all columns).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ torch = pytest.importorskip("torch")
 tensordict = pytest.importorskip("tensordict")
 
 import numpy as np  # noqa: E402
-from _rlightning_impls import check_rows, columns, fastreplay_impl, ids  # noqa: E402
+from _rlightning_impls import fastreplay_impl  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import (  # noqa: E402
@@ -72,30 +76,40 @@ class Oracle:
             self.slots[at + i] = r
             self.counter[at + i] = 0
 
-    def push(self, rows: list[int]) -> None:
+    def push(self, rows: list[int], length: int | None = None) -> None:
+        """One push; ``length``: it holds len(rows) // length env-major
+        episodes of that length (episode unit)."""
         n, cap, p = len(rows), self.capacity, self.pointer
+        ln = n if length is None else length
+
+        def register(begin: int) -> None:
+            if self.unit == "episode":
+                self.episodes += [(b, b + ln) for b in range(begin, begin + n, ln)]
+
         if self.mode == "fixed":
             if p + n > cap:
                 raise RuntimeError("full")
-            if self.unit == "episode":
-                self.episodes.append((p, p + n))
+            register(p)
             self._write(p, rows)
             self.pointer = p + n  # R1: never wraps
         elif n > cap:
             rows = rows[-cap:]
-            self.episodes = [(0, cap)] if self.unit == "episode" else []
+            if self.unit == "episode" and length is None:
+                self.episodes = [(0, cap)]
+            elif self.unit == "episode":  # the whole episodes that are kept
+                self.episodes = [(e - ln, e) for e in range(cap, ln - 1, -ln)][::-1]
             self._write(0, rows)
             self.pointer = 0
         elif p + n <= cap:
             if self.unit == "episode":
                 self._evict(p, p + n)
-                self.episodes.append((p, p + n))
+            register(p)
             self._write(p, rows)
             self.pointer = (p + n) % cap
         elif self.unit == "episode":
             self._evict(p, cap)
             self._evict(0, n)
-            self.episodes.append((0, n))
+            register(0)
             self._write(0, rows)
             self.pointer = n % cap
         else:
@@ -143,22 +157,18 @@ class Oracle:
         return out
 
 
-def episode_rows(out: object) -> list[list[int]]:
-    """A multi-episode read result as lists of transition numbers."""
-    if isinstance(out, list):
-        assert all(isinstance(e, TensorDict) for e in out)
-        lengths = {len(ids(e)) for e in out}
-        assert len(out) < 2 or len(lengths) > 1, "equal lengths must give a dict"
-        for e in out:
-            check_rows(e, ids(e))
-        return [ids(e) for e in out]
-    a = out["action"]  # type: ignore[index]
-    assert a.dim() == 2
-    check_rows(out, ids(out))
-    return [[int(x) for x in row] for row in a]
+def obs(i: int) -> torch.Tensor:
+    return torch.tensor([i, i + 0.25, -i], dtype=torch.float32)
+
+
+ENVS = {"s": 1, "v": 2, "w": 3}  # env id -> num_envs
 
 
 class StorageMachine(RuleBasedStateMachine):
+    """Row ``i`` (its action is ``i``) has the observation ``obs(i)`` and
+    the next observation and reward of row ``nxt[i]``, as the default
+    postprocessing makes them from consecutive steps."""
+
     mode = "circular"
     unit = "transition"
 
@@ -166,21 +176,71 @@ class StorageMachine(RuleBasedStateMachine):
         super().__init__()
         self.impl = fastreplay_impl()
         self.next_id = 0
+        self.nxt: dict[int, int] = {}
+        self.pending: dict[str, list[list[int]]] = {}  # env -> steps' ids
 
     @initialize(capacity=st.integers(1, 12))
     def setup(self, capacity: int) -> None:
-        self.s = self.impl.make(capacity, mode=self.mode, unit=self.unit)
+        metas = [self.impl.EnvMeta(env_id=k, num_envs=n) for k, n in ENVS.items()]
+        self.s = self.impl.make(capacity, mode=self.mode, unit=self.unit,
+                                env_meta_list=metas, auto_truncate_episode=False)
         self.o = Oracle(capacity, self.mode, self.unit)
 
-    def _rows(self, n: int) -> list[int]:
-        rows = list(range(self.next_id, self.next_id + n))
+    # ----- rows -----
+
+    def _ids(self, n: int) -> list[int]:
+        out = list(range(self.next_id, self.next_id + n))
         self.next_id += n
+        return out
+
+    def _rows(self, n: int) -> list[int]:
+        rows = self._ids(n + 1)  # the last one is only a next observation
+        for a, b in zip(rows, rows[1:], strict=False):
+            self.nxt[a] = b
+        return rows[:-1]
+
+    def _columns(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        nxt = [self.nxt[i] for i in rows]
+        return {
+            "observation": torch.stack([obs(i) for i in rows]),
+            "next_observation": torch.stack([obs(i) for i in nxt]),
+            "reward": torch.tensor(nxt, dtype=torch.float32),
+            "terminated": torch.zeros(len(rows), dtype=torch.bool),
+            "truncated": torch.zeros(len(rows), dtype=torch.bool),
+            "action": torch.tensor(rows, dtype=torch.int64),
+        }
+
+    def _check(self, out: object) -> list[int]:
+        """The rows of a read result are whole (every column); their ids."""
+        got = {k: torch.as_tensor(v) for k, v in out.items()}  # type: ignore[attr-defined]
+        lead = got["action"].dim()
+        rows = [int(a) for a in got["action"].reshape(-1)]
+        want = self._columns(rows)
+        assert set(got) == set(want)
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype, k
+            assert torch.equal(got[k].reshape(v.shape), v), k
+            assert got[k].dim() == lead + v.dim() - 1, k
         return rows
 
-    def _push_both(self, pushes: list[list[int]], call) -> None:
+    def _episodes(self, out: object) -> list[list[int]]:
+        """A multi-episode read result as lists of row ids."""
+        if isinstance(out, list):
+            assert all(isinstance(e, TensorDict) for e in out)
+            assert len(out) < 2 or len({len(e) for e in out}) > 1, \
+                "equal lengths must give a dict"
+            return [self._check(e) for e in out]
+        a = out["action"]  # type: ignore[index]
+        assert a.dim() == 2
+        self._check(out)
+        return [[int(x) for x in row] for row in a]
+
+    # ----- pushes -----
+
+    def _push_both(self, pushes: list[list[int]], call, length=None) -> None:
         try:
             for rows in pushes:
-                self.o.push(rows)
+                self.o.push(rows, length)
         except RuntimeError:
             with pytest.raises(RuntimeError):
                 call()
@@ -190,7 +250,7 @@ class StorageMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 26))
     def push(self, n: int) -> None:
         rows = self._rows(n)
-        self._push_both([rows], lambda: self.s.add_episode(columns(rows[0], n)))
+        self._push_both([rows], lambda: self.s.add_episode(self._columns(rows)))
 
     @rule(lengths=st.lists(st.integers(1, 6), min_size=1, max_size=3))
     def push_list(self, lengths: list[int]) -> None:
@@ -198,7 +258,7 @@ class StorageMachine(RuleBasedStateMachine):
         if self.mode == "fixed" and self.o.pointer + sum(lengths) > self.o.capacity:
             return  # a list overflowing part-way: not specified
         self._push_both(pushes, lambda: self.s.add_episode(
-            [columns(r[0], len(r)) for r in pushes]))
+            [self._columns(r) for r in pushes]))
 
     @rule(num_envs=st.integers(2, 3), length=st.integers(1, 4))
     def push_envs(self, num_envs: int, length: int) -> None:
@@ -206,9 +266,50 @@ class StorageMachine(RuleBasedStateMachine):
         total = num_envs * length
         if self.mode == "fixed" and self.o.pointer + total > self.o.capacity:
             return
-        cols = [columns(r[0], length) for r in pushes]
+        cols = [self._columns(r) for r in pushes]
         episode = {k: torch.stack([c[k] for c in cols], dim=1) for k in cols[0]}
         self._push_both(pushes, lambda: self.s.add_episode(episode, num_envs=num_envs))
+
+    @rule(env=st.sampled_from(sorted(ENVS)), steps=st.integers(1, 4))
+    def collect(self, env: str, steps: int) -> None:
+        n = ENVS[env]
+        for _ in range(steps):
+            ids_ = self._ids(n)
+            prev = self.pending.setdefault(env, [])
+            if prev:
+                for a, b in zip(prev[-1], ids_, strict=True):
+                    self.nxt[a] = b
+            prev.append(ids_)
+            if n == 1:
+                er = self.impl.EnvRet(env_id=env, observation=obs(ids_[0]),
+                                      last_reward=float(ids_[0]))
+                pr = self.impl.PolicyResponse(env_id=env, action=torch.tensor(ids_[0]))
+            else:
+                er = self.impl.EnvRet(
+                    env_id=env, observation=torch.stack([obs(i) for i in ids_]),
+                    last_reward=torch.tensor(ids_, dtype=torch.float32),
+                    last_terminated=torch.zeros(n, dtype=torch.bool),
+                    last_truncated=torch.zeros(n, dtype=torch.bool))
+                pr = self.impl.PolicyResponse(env_id=env, action=torch.tensor(ids_))
+            self.s.add_transition(er, pr)
+
+    @rule(env=st.sampled_from(sorted(ENVS)))
+    def truncate(self, env: str) -> None:
+        steps = self.pending.get(env)
+        if not steps:
+            with pytest.raises(KeyError):
+                self.s.truncate_episodes([env])
+            return
+        if len(steps) < 2:
+            return  # an episode of no rows: not specified
+        del self.pending[env]
+        n = ENVS[env]
+        subs = [[ids_[j] for ids_ in steps[:-1]] for j in range(n)]
+        rows = [i for sub in subs for i in sub]
+        self._push_both([rows], lambda: self.s.truncate_episodes([env]),
+                        length=len(steps) - 1 if n > 1 else None)
+
+    # ----- reads -----
 
     def _read(self, idx: object) -> None:
         try:
@@ -222,13 +323,11 @@ class StorageMachine(RuleBasedStateMachine):
         scalar = isinstance(idx, (int, np.integer))
         if self.unit == "transition" or scalar:
             assert type(out) is dict
-            check_rows(out, ids(out))
-            assert ids(out) == want
-            if scalar:
-                assert out["observation"].shape == (8,) if self.unit == "transition" \
-                    else out["observation"].shape == (len(want), 8)
+            assert self._check(out) == want
+            if scalar and self.unit == "transition":
+                assert out["action"].dim() == 0
         else:
-            assert episode_rows(out) == want
+            assert self._episodes(out) == want
 
     @rule(i=st.integers(-14, 14), numpy=st.booleans())
     def read_int(self, i: int, numpy: bool) -> None:
@@ -255,16 +354,15 @@ class StorageMachine(RuleBasedStateMachine):
             assert len(out) == 0
         elif self.unit == "transition":
             assert isinstance(out, TensorDict)
-            check_rows(out, ids(out))
-            assert ids(out) == want
+            assert self._check(out) == want
         else:
             if isinstance(out, TensorDict):
                 out = out.to_dict()
-            assert episode_rows(out) == want
+            assert self._episodes(out) == want
 
     @rule()
     def clear(self) -> None:
-        self.s.clear()
+        self.s.clear()  # keeps the pending episodes
         self.o.clear()
 
     @precondition(lambda self: self.next_id % 3 == 0)
@@ -287,6 +385,6 @@ def test_storage_matches_oracle(mode: str, unit: str) -> None:
                    {"mode": mode, "unit": unit})
     run_state_machine_as_test(
         machine,
-        settings=settings(stateful_step_count=30, deadline=None,
+        settings=settings(stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow]),
     )
