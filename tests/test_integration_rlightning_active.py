@@ -341,3 +341,44 @@ def test_numpy_values_from_gym_envs(impl, unit):
     assert rows["terminated"].tolist() == [False, True]
     assert rows["action"].dtype == torch.int64 and rows["action"].tolist() == [0, 1]
     assert rows["logits"].tolist() == [[0.0] * 2, [1.0] * 2]
+
+
+@pytest.mark.parametrize("unit", ["transition", "episode"])
+def test_custom_processing_functions_are_used(impl, unit):
+    def postprocess(episode):  # keeps every step, unlike the default
+        return {"obs": torch.stack(episode["observation"]),
+                "r": torch.tensor(episode["last_reward"], dtype=torch.float64),
+                "a": torch.stack(episode["action"])}
+
+    s = impl.make(10, unit=unit, obs_preprocessor=lambda o: o * 2,
+                  reward_preprocessor=lambda r: r + 100, postprocess_fn=postprocess)
+    for t in range(3):
+        step(impl, s, "e", 0, t, done=t == 2)
+    assert len(s) == (3 if unit == "transition" else 1)
+    rows = s[0:3] if unit == "transition" else s[0]
+    assert set(rows) == {"obs", "r", "a"}
+    assert torch.equal(rows["obs"], torch.stack([obs(0, t) * 2 for t in range(3)]))
+    assert rows["r"].dtype == torch.float64 and rows["r"].tolist() == [100, 101, 102]
+    assert rows["a"].tolist() == [0, 1, 2]
+
+
+def test_custom_preprocess_fn_builds_the_transition(impl):
+    def preprocess(transition, env_ret, policy_resp, *fns):
+        if env_ret is not None:
+            transition["o"] = env_ret.observation
+            transition["last_terminated"] = env_ret.last_terminated
+        if policy_resp is not None:
+            transition["a"] = policy_resp.action
+        return transition
+
+    def postprocess(episode):
+        return {"o": torch.stack(episode["o"]), "a": torch.stack(episode["a"])}
+
+    s = impl.make(10, preprocess_fn=preprocess, postprocess_fn=postprocess)
+    for t in range(2):
+        er, pr = pair(impl, "e", 0, t, done=t == 1)
+        s.add_data_async(er)
+        s.add_data_async(pr)
+    assert len(s) == 2
+    rows = s[np.arange(2)]
+    assert set(rows) == {"o", "a"} and rows["a"].tolist() == [0, 1]
