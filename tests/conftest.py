@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("dev", max_examples=50, deadline=None)
@@ -22,3 +23,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # A client of a stopped server gives up after 1 s instead of the default 10
 # (tests that measure the window pass reconnect_window themselves).
 os.environ.setdefault("FASTREPLAY_RECONNECT_WINDOW", "1")
+
+
+@pytest.fixture(scope="session")
+def ray_session():  # type: ignore[no-untyped-def]
+    """One local Ray cluster for the whole session, on loopback with usage
+    stats off (skipped when ray is not installed)."""
+    ray = pytest.importorskip("ray")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

@@ -85,6 +85,12 @@ class SlotRing:
         self.flat = True  # no nested keys: rows() builds a flat dict
         self.keys: list[str] = []
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Ray unpickles numpy arrays as read-only views of its object store:
+        # the use counter is written by every read, so it gets its own copy.
+        state["counter"] = np.array(state["counter"], dtype=np.int32)
+        self.__dict__.update(state)
+
     # -- schema ---------------------------------------------------------------
     def _fast_columns(self, data: Any) -> list[np.ndarray] | None:
         """The columns of a flat dict of CPU tensors with the stored keys
