@@ -1,4 +1,4 @@
-#include "slots.h"
+#include "slots_internal.h"
 
 #include "column.h"
 #include "rows.h"
@@ -7,31 +7,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct cell {
-    fr_chunk *chunk; /* NULL: the slot is empty */
-    int64_t row;
-} cell;
-
-/* A slot's cells: cell 0 is a record of every column stored raw, packed
- * back to back (a random read then touches one or two cache lines instead
- * of one per column: 256 random slots of 200k with four small columns,
- * 45 -> see slots.h), when there is such a column; then one cell per
- * compressed column. */
-struct fr_slots {
-    pthread_mutex_t mu;
-    int64_t capacity, size;
-    int32_t n_cols;        /* 0 until the first write (and after a clear) */
-    int32_t n_cells;       /* cells per slot */
-    int32_t has_record;    /* cell 0 is the record */
-    const fr_spec **specs; /* n_cols interned specs */
-    int32_t *cell_of;      /* per column: its cell */
-    int64_t *offset_of;    /* per column: its byte offset in the record (packed) */
-    int64_t record_bytes;
-    cell *cells;           /* capacity * n_cells, slot-major */
-    int64_t max_row_bytes; /* of the compressed columns: a read's scratch */
-    fr_store *store;
-};
 
 /* The layout a first write of these specs and choices gives. */
 typedef struct layout {
@@ -329,90 +304,6 @@ int fr_slots_erase(fr_slots *s, int64_t n, const int64_t *slots, int64_t *bad) {
         }
     pthread_mutex_unlock(&s->mu);
     return FR_OK;
-}
-
-/* Slot i's rows into outs (its cells are checked occupied). */
-static int copy_slot(const fr_slots *s, const cell *row, int64_t i, void *const *outs,
-                     void *scratch, int64_t *bad) {
-    const unsigned char *record = NULL;
-    if (s->has_record) {
-        const fr_chunk *ch = row[0].chunk;
-        record = ch->data + row[0].row * s->record_bytes;
-    }
-    for (int32_t c = 0; c < s->n_cols; c++) {
-        int64_t rb = s->specs[c]->row_bytes;
-        unsigned char *dst = (unsigned char *)outs[c] + i * rb;
-        if (s->offset_of[c] >= 0) {
-            memcpy(dst, record + s->offset_of[c], (size_t)rb);
-            continue;
-        }
-        const cell *x = &row[s->cell_of[c]];
-        if (!x->chunk->compressed)
-            memcpy(dst, x->chunk->data + x->row * rb, (size_t)rb);
-        else if (fr_chunk_read(x->chunk, (int32_t)x->row, 1, dst, scratch) != FR_OK) {
-            *bad = -2 - c;
-            return FR_ECORRUPT;
-        }
-    }
-    return FR_OK;
-}
-
-int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *outs,
-                  int32_t *counter, int64_t *bad) {
-    *bad = -1;
-    int rc = FR_OK;
-    pthread_mutex_lock(&s->mu);
-    int32_t k = s->n_cells;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t slot = slots[i];
-        if (slot < 0 || slot >= s->capacity) {
-            *bad = i;
-            rc = FR_EINVAL;
-            break;
-        }
-        if (!s->cells || !s->cells[slot * k].chunk) {
-            *bad = i;
-            rc = FR_EKEY_MISSING;
-            break;
-        }
-    }
-    void *scratch = NULL;
-    if (rc == FR_OK && s->max_row_bytes > 0 &&
-        !(scratch = malloc((size_t)s->max_row_bytes)))
-        rc = FR_ENOMEM;
-    /* Prefetch in two stages: the cells of the slot 2 * AHEAD ahead, then
-     * the record of the slot AHEAD ahead (its cells have arrived by then):
-     * the slots are random, so each is otherwise a cache miss that stalls
-     * the copy. */
-    enum { AHEAD = 6 };
-    for (int64_t i = 0; rc == FR_OK && i < n; i++) {
-        if (i + 2 * AHEAD < n) __builtin_prefetch(s->cells + slots[i + 2 * AHEAD] * k);
-        if (i + AHEAD < n && s->has_record) {
-            const cell *ahead = s->cells + slots[i + AHEAD] * k;
-            const unsigned char *rec = ahead->chunk->data + ahead->row * s->record_bytes;
-            __builtin_prefetch(rec);
-            __builtin_prefetch(rec + s->record_bytes - 1);
-        }
-        rc = copy_slot(s, s->cells + slots[i] * k, i, outs, scratch, bad);
-    }
-    if (rc == FR_OK && counter)
-        for (int64_t i = 0; i < n; i++) counter[slots[i]]++;
-    pthread_mutex_unlock(&s->mu);
-    free(scratch);
-    return rc;
-}
-
-int64_t fr_slots_occupied(fr_slots *s, int64_t *out, int64_t cap) {
-    pthread_mutex_lock(&s->mu);
-    int64_t n = 0;
-    if (s->cells)
-        for (int64_t slot = 0; slot < s->capacity; slot++)
-            if (s->cells[slot * s->n_cells].chunk) {
-                if (n < cap) out[n] = slot;
-                n++;
-            }
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 int64_t fr_slots_size(fr_slots *s) {
