@@ -1,5 +1,9 @@
 #include "slots_internal.h"
 
+#include "pool.h"
+
+#include <stdatomic.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,13 +67,71 @@ static int copy_run(const fr_slots *s, const int64_t *slots, int64_t i, int64_t 
     return FR_OK;
 }
 
+enum { AHEAD = 16 };
+
+/* Copy slots[lo .. hi): runs of consecutive rows at a time, prefetching
+ * every line of the records AHEAD slots ahead (random slots, or the start
+ * of the next window, are otherwise each a cache miss that stalls the copy:
+ * 256 random slots of 200k, four small columns, 65 -> 22 us with the packed
+ * record and this; ALF's 256 windows of 8 steps, seven columns, 100 -> 62 us
+ * with the runs). */
+static int copy_range(const fr_slots *s, const int64_t *slots, int64_t lo, int64_t hi,
+                      void *const *outs, int64_t *bad) {
+    void *scratch = NULL;
+    if (s->max_row_bytes > 0 && !(scratch = malloc((size_t)s->max_row_bytes)))
+        return FR_ENOMEM;
+    int rc = FR_OK;
+    int32_t k = s->n_cells;
+    int64_t pf = lo; /* records prefetched for slots [lo, pf) */
+    for (int64_t i = lo; rc == FR_OK && i < hi;) {
+        int64_t len = run_length(s, slots, i, hi);
+        for (; s->has_record && pf < hi && pf < i + len + AHEAD; pf++) {
+            const cell *x = s->cells + slots[pf] * k;
+            const unsigned char *rec = x->chunk->data + x->row * s->record_bytes;
+            for (int64_t b = 0; b < s->record_bytes; b += 64) __builtin_prefetch(rec + b);
+            __builtin_prefetch(rec + s->record_bytes - 1);
+        }
+        rc = copy_run(s, slots, i, len, outs, scratch, bad);
+        i += len;
+    }
+    free(scratch);
+    return rc;
+}
+
+/* A read large enough for the worker pool (pool.h): shares of consecutive
+ * slots, each copied by one thread.  Random rows are latency-bound, so two
+ * threads keep twice as many misses in flight (ALF's replay(256, 8), 2048
+ * rows of 136 bytes: see slots.h). */
+#define FR_SLOTS_POOL_BYTES ((int64_t)128 << 10)
+
+typedef struct read_job {
+    const fr_slots *s;
+    const int64_t *slots;
+    int64_t n;
+    void *const *outs;
+    int shares;
+    atomic_int rc;
+    int64_t bad; /* of the failed share (rc != FR_OK) */
+} read_job;
+
+static void read_share(void *arg, int share, int slot) {
+    (void)slot;
+    read_job *j = arg;
+    int64_t lo = j->n * share / j->shares, hi = j->n * (share + 1) / j->shares;
+    int64_t bad = -1;
+    int rc = copy_range(j->s, j->slots, lo, hi, j->outs, &bad);
+    int ok = FR_OK;
+    if (rc != FR_OK && atomic_compare_exchange_strong(&j->rc, &ok, rc)) j->bad = bad;
+}
+
 int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *outs,
                   int32_t *counter, int64_t *bad) {
     *bad = -1;
     int rc = FR_OK;
     pthread_mutex_lock(&s->mu);
     int32_t k = s->n_cells;
-    enum { AHEAD = 8 };
+    int64_t row_bytes = 0;
+    for (int32_t c = 0; c < s->n_cols; c++) row_bytes += s->specs[c]->row_bytes;
     for (int64_t i = 0; i < n; i++) { /* check (and bring the cells in) */
         int64_t slot = slots[i];
         if (slot < 0 || slot >= s->capacity) {
@@ -83,32 +145,21 @@ int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *out
             break;
         }
     }
-    void *scratch = NULL;
-    if (rc == FR_OK && s->max_row_bytes > 0 &&
-        !(scratch = malloc((size_t)s->max_row_bytes)))
-        rc = FR_ENOMEM;
-    /* The cells are cached now; prefetch every line of the records
-     * AHEAD slots ahead (random slots, or the start of the next window,
-     * are otherwise each a cache miss that stalls the copy: 256 random
-     * slots of 200k, four small columns, 65 -> 22 us with the packed
-     * record and this; ALF's 256 windows of 8 steps, seven columns, 100 -> 62
-     * us with the runs). */
-    int64_t pf = 0; /* records prefetched for slots [0, pf) */
-    for (int64_t i = 0; rc == FR_OK && i < n;) {
-        int64_t len = run_length(s, slots, i, n);
-        for (; s->has_record && pf < n && pf < i + len + AHEAD; pf++) {
-            const cell *x = s->cells + slots[pf] * k;
-            const unsigned char *rec = x->chunk->data + x->row * s->record_bytes;
-            for (int64_t b = 0; b < s->record_bytes; b += 64) __builtin_prefetch(rec + b);
-            __builtin_prefetch(rec + s->record_bytes - 1);
-        }
-        rc = copy_run(s, slots, i, len, outs, scratch, bad);
-        i += len;
+    int threads = rc == FR_OK && n * row_bytes >= FR_SLOTS_POOL_BYTES && n >= 64
+                      ? fr_pool_threads() : 1;
+    if (rc == FR_OK && threads > 1) {
+        read_job j = {.s = s, .slots = slots, .n = n, .outs = outs,
+                      .shares = threads, .bad = -1};
+        atomic_init(&j.rc, FR_OK);
+        fr_pool_run(read_share, &j, threads);
+        rc = atomic_load(&j.rc);
+        *bad = j.bad;
+    } else if (rc == FR_OK) {
+        rc = copy_range(s, slots, 0, n, outs, bad);
     }
     if (rc == FR_OK && counter)
         for (int64_t i = 0; i < n; i++) counter[slots[i]]++;
     pthread_mutex_unlock(&s->mu);
-    free(scratch);
     return rc;
 }
 

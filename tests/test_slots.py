@@ -153,6 +153,30 @@ def test_concurrent_writers_and_readers_see_whole_rows() -> None:
     assert not bad and t.size() == 64
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_reads_on_the_worker_pool_match(threads: int) -> None:
+    """Reads of 128 KiB or more are split over the gather pool's threads;
+    the rows, the counter and the errors do not depend on how many."""
+    try:
+        _core._gather_threads(threads)
+        t = _core.SlotTable(5000, _core.ChunkStore())
+        vals = rows(5000, 11)
+        t.write(np.arange(5000), NAMES, vals)
+        pick = np.random.default_rng(threads).integers(0, 5000, 3000)
+        pick[100:140] = np.arange(700, 740)  # a run of consecutive rows
+        counter = np.zeros(5000, dtype=np.int32)
+        got = t.read(pick, counter)
+        for g, v in zip(got, vals, strict=True):
+            np.testing.assert_array_equal(g, v[pick])
+        np.testing.assert_array_equal(counter, np.bincount(pick, minlength=5000))
+        t.erase([pick[2500]])
+        with pytest.raises(KeyError, match=f"slot {pick[2500]} is empty"):
+            t.read(pick, counter)
+        np.testing.assert_array_equal(counter, np.bincount(pick, minlength=5000))
+    finally:
+        _core._gather_threads(0)  # back to the default
+
+
 def test_slotstore_schema_errors_and_pickle() -> None:
     s = SlotStore(10, "mystore")
     s.write([0, 1, 2], {"a": np.arange(3), "b": np.ones((3, 2), np.float32)})

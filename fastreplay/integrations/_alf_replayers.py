@@ -263,7 +263,11 @@ class SyncUniformExperienceReplayer:
         if slots.size == 0:
             return self._build([torch.empty((n, length, *c.shape), dtype=c.dtype)
                                 for c in self._columns])
-        columns = self._rings.read(slots.reshape(-1))
+        return self._tensors(self._rings.read(slots.reshape(-1)), n, length)
+
+    def _tensors(self, columns: Sequence[np.ndarray], n: int, length: int) -> Any:
+        """The spec's nest of ``[n, length, ...]`` tensors of the columns'
+        rows (views, no copy)."""
         return self._build([from_numpy(a.reshape(n, length, *c.shape), c)
                             for c, a in zip(self._columns, columns, strict=True)])
 
@@ -300,13 +304,13 @@ class SyncUniformExperienceReplayer:
         r = torch.rand(batch, dtype=torch.float64).numpy()
         size = rings.size[env]
         start = (r * (size - length + 1)).astype(np.int64)  # among the valid starts
-        start += rings.pos[env] - size + ml
-        start %= ml
-        slots = (env * ml + start)[:, None] + np.arange(length)
-        wrap = start > ml - length
-        if wrap.any():  # windows that run past the ring's end continue at 0
-            slots[wrap] -= ml * ((start[wrap, None] + np.arange(length)) >= ml)
-        return self._read_slots(slots)
+        start += rings.pos[env] - size  # ring position (mod ml) of the oldest + start
+        if batch == 0 or length == 0:
+            return self._read_slots(np.empty((batch, length), np.int64))
+        # windows that run past the ring's end continue at 0: the table
+        # computes the slots (env * ml + (start + j) % ml)
+        columns = rings.read_windows(env * ml, start, length)
+        return self._tensors(columns, batch, length)
 
     def _all(self, env: np.ndarray) -> Any:
         """Every step of envs ``env``, oldest first (A2); their sizes must agree."""

@@ -75,6 +75,12 @@ class EnvRings:
         self.store.write_columns(slots, self.names, self.store.read_columns(slots))
         self.fresh[envs] = 0
 
+    def read_windows(self, bases: np.ndarray, starts: np.ndarray, length: int
+                     ) -> list[np.ndarray]:
+        """Window i: ``length`` steps of the ring at ``bases[i]`` (an env's
+        first slot) from position ``starts[i]`` (mod max_length) on."""
+        return self.store.read_windows(bases, starts, length, self.max_length)
+
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
         """Each column's rows of ``slots`` (occupied ones), in column order."""
         return self.store.read_columns(slots)

@@ -147,6 +147,16 @@ class SlotStore:
         except KeyError as e:
             raise KeyError(f"{self._name}: {e.args[0]}") from None
 
+    def read_windows(self, bases: npt.ArrayLike, starts: npt.ArrayLike, length: int,
+                     period: int) -> list[np.ndarray]:
+        """Windows of ``length`` consecutive ring positions, in column order:
+        window i is slots ``bases[i] + (starts[i] + j) % period``, its rows
+        at ``[i * length, (i + 1) * length)``."""
+        try:
+            return self._table.read_windows(bases, starts, length, period)
+        except KeyError as e:
+            raise KeyError(f"{self._name}: {e.args[0]}") from None
+
     def erase(self, slots: npt.ArrayLike) -> None:
         """Empty ``slots`` (empty ones stay empty)."""
         self._table.erase(np.asarray(slots, dtype=np.int64).reshape(-1))
