@@ -237,3 +237,19 @@ def test_standard_is_fixed_if_accepted():
     with pytest.raises(RuntimeError):
         s.add_episode(columns(3, 1))
     assert ids(s.get_data()) == [0, 1, 2]
+
+
+def test_readme_example_runs(capsys) -> None:  # type: ignore[no-untyped-def]
+    """The README's rlightning section runs as shown."""
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md is not next to the tests")
+    text = readme.read_text()
+    section = text[text.index("### rlightning's `Storage`"):]
+    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    exec(compile(block, "README rlightning example", "exec"), {})
+    assert capsys.readouterr().out.split() == ["1000", "torch.Size([256,", "8])",
+                                               "True"]
