@@ -46,17 +46,10 @@ def transitions(start: int, n: int) -> dict[str, Any]:
 
 
 def make(capacity: int, unit: str) -> Any:
-    from fastreplay.integrations import rlightning as rl
+    """A circular Storage with the default pre/post-processing functions."""
+    from fastreplay.integrations.rlightning import Storage
 
-    return rl.Storage(
-        capacity=capacity, mode="circular", unit=unit, env_meta_list=None, device="cpu",
-        obs_preprocessor=rl.default_obs_preprocessor,
-        reward_preprocessor=rl.default_reward_preprocessor,
-        env_ret_preprocess_fn=rl.default_env_ret_preprocess_fn,
-        policy_resp_preprocess_fn=rl.default_policy_resp_preprocess_fn,
-        preprocess_fn=rl.default_preprocess_fn,
-        postprocess_fn=rl.default_postprocess_fn,
-        auto_truncate_episode=True)
+    return Storage(capacity, "circular", unit, None, "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,6 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-#: The implementations the shared tests run on: upstream only when asked
-#: for (so CI, which has none, lists no skipped upstream half per test).
-IMPLS = (["fastreplay", "upstream"] if os.environ.get("FR_RLIGHTNING_UPSTREAM") == "1"
-         else ["fastreplay"])
-
 #: Storage's constructor keywords, in upstream's order.
 KEYWORDS = [
     "capacity", "mode", "unit", "env_meta_list", "device", "obs_preprocessor",

@@ -37,3 +37,27 @@ def ray_session():  # type: ignore[no-untyped-def]
         yield ray
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(params=["fastreplay", "upstream"])
+def impl(request):  # type: ignore[no-untyped-def]
+    """The rlightning Storage implementations (tests/_rlightning_impls.py):
+    fastreplay's adapter, and upstream's only when FR_RLIGHTNING_UPSTREAM=1
+    (otherwise that case is deselected below, not skipped)."""
+    from _rlightning_impls import load_impl
+
+    return load_impl(request.param)
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Without FR_RLIGHTNING_UPSTREAM=1 the upstream half of the shared
+    rlightning tests is deselected (CI has no upstream to compare with)."""
+    if os.environ.get("FR_RLIGHTNING_UPSTREAM") == "1":
+        return
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (drop if params.get("impl") == "upstream" else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -92,16 +92,9 @@ def test_tensor_spec():
 
 def test_readme_example_runs(capsys):
     """The README's ALF section runs as shown."""
-    import pathlib
-    import re
+    from readme_blocks import block
 
-    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
-    if not readme.exists():
-        pytest.skip("README.md is not next to the tests")
-    text = readme.read_text()
-    section = text[text.index("### ALF's experience replayers"):]
-    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-    exec(compile(block, "README ALF example", "exec"), {})
+    exec(compile(block("### ALF's experience replayers"), "README ALF", "exec"), {})
     assert capsys.readouterr().out.split() == [
         "torch.Size([8,", "3,", "8])", "torch.int32", "40", "torch.Size([4,", "10])"]
 

@@ -19,13 +19,11 @@ tensordict = pytest.importorskip("tensordict")
 
 import numpy as np  # noqa: E402
 from _rlightning_impls import (  # noqa: E402
-    IMPLS,
     KEYWORDS,
     check_rows,
     columns,
     fastreplay_impl,
     ids,
-    load_impl,
     upstream_or_none,
 )
 
@@ -37,11 +35,6 @@ EXPORTS = {
     "default_env_ret_preprocess_fn", "default_policy_resp_preprocess_fn",
     "default_preprocess_fn", "default_postprocess_fn",
 }
-
-
-@pytest.fixture(params=IMPLS)
-def impl(request):
-    return load_impl(request.param)
 
 
 def test_exports():
@@ -241,15 +234,8 @@ def test_standard_is_fixed_if_accepted():
 
 def test_readme_example_runs(capsys) -> None:  # type: ignore[no-untyped-def]
     """The README's rlightning section runs as shown."""
-    import pathlib
-    import re
+    from readme_blocks import block
 
-    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
-    if not readme.exists():
-        pytest.skip("README.md is not next to the tests")
-    text = readme.read_text()
-    section = text[text.index("### rlightning's `Storage`"):]
-    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-    exec(compile(block, "README rlightning example", "exec"), {})
+    exec(compile(block("### rlightning's `Storage`"), "README rlightning", "exec"), {})
     assert capsys.readouterr().out.split() == ["1000", "torch.Size([256,", "8])",
                                                "True"]

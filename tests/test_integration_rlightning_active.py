@@ -20,16 +20,10 @@ torch = pytest.importorskip("torch")
 tensordict = pytest.importorskip("tensordict")
 
 import numpy as np  # noqa: E402
-from _rlightning_impls import IMPLS, load_impl  # noqa: E402
 
 TensorDict = tensordict.TensorDict
 KEYS = {"observation", "next_observation", "reward", "terminated", "truncated",
         "action"}
-
-
-@pytest.fixture(params=IMPLS)
-def impl(request):
-    return load_impl(request.param)
 
 
 def obs(env, t, n=None):

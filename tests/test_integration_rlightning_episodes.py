@@ -18,21 +18,14 @@ tensordict = pytest.importorskip("tensordict")
 
 import numpy as np  # noqa: E402
 from _rlightning_impls import (  # noqa: E402
-    IMPLS,
     check_rows,
     columns,
     fastreplay_impl,
     ids,
-    load_impl,
     upstream_or_none,
 )
 
 TensorDict = tensordict.TensorDict
-
-
-@pytest.fixture(params=IMPLS)
-def impl(request):
-    return load_impl(request.param)
 
 
 def ep(k, length):

@@ -28,6 +28,17 @@ PROCESSED_ENV_RET_FIELDS = ("next_observation", "reward", "terminated", "truncat
                             "info")
 
 
+def _latency(message: Any, now_ns: int | None) -> float:
+    """Seconds from a message's ``ts_env_sent_ns`` to now (or ``now_ns``);
+    0.0 when the timestamp is missing or not a number."""
+    try:
+        sent = int(message.ts_env_sent_ns)
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+    now = time.time_ns() if now_ns is None else now_ns
+    return max(0.0, (now - sent) / 1e9)
+
+
 @dataclass
 class _EnvRet:
     """What an env actor sends after ``reset``/``step`` for one env id."""
@@ -62,12 +73,7 @@ class _EnvRet:
 
     def compute_sent_latency(self, now_ns: int | None = None) -> float:
         """Seconds since ``ts_env_sent_ns`` (0.0 when it is unusable)."""
-        try:
-            sent = int(self.ts_env_sent_ns)
-        except (TypeError, ValueError):
-            return 0.0
-        now = time.time_ns() if now_ns is None else now_ns
-        return max(0.0, (now - sent) / 1e9)
+        return _latency(self, now_ns)
 
     def __hash__(self) -> int:
         return hash(self.env_id)
@@ -92,12 +98,8 @@ class _PolicyResponse(SimpleNamespace):
         return self
 
     def compute_sent_latency(self, now_ns: int | None = None) -> float:
-        try:
-            sent = int(self.ts_env_sent_ns)
-        except (AttributeError, TypeError, ValueError):
-            return 0.0
-        now = time.time_ns() if now_ns is None else now_ns
-        return max(0.0, (now - sent) / 1e9)
+        """Seconds since ``ts_env_sent_ns`` (0.0 when it is unset or unusable)."""
+        return _latency(self, now_ns)
 
 
 @dataclass
