@@ -178,6 +178,8 @@ class Storage:
 
     def _read(self, idx: Any) -> Any:
         ring = self._ring
+        if isinstance(idx, torch.Tensor):  # torch.randint indexes: as numpy's
+            idx = idx.detach().cpu().numpy()
         if not ring.episodic:
             if type(idx) is np.ndarray and idx.ndim and idx.dtype.kind in "iu":
                 return self._read_slots(idx)  # the learner's path
