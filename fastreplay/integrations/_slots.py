@@ -47,7 +47,6 @@ class SlotStore:
         self._store = _core.ChunkStore()
         self._table = _core.SlotTable(self._capacity, self._store)
         self._names: list[str] | None = None
-        self._specs: list[tuple[np.dtype[Any], tuple[int, ...]]] = []
 
     @property
     def capacity(self) -> int:
@@ -72,7 +71,8 @@ class SlotStore:
     @property
     def specs(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         """Column name -> (dtype, row shape)."""
-        return dict(zip(self._names or [], self._specs, strict=True))
+        return {name: (dtype, shape) for name, (shape, dtype)
+                in zip(self._names or [], self._table.specs(), strict=False)}
 
     def __len__(self) -> int:
         """Occupied slots."""
@@ -107,7 +107,6 @@ class SlotStore:
         self._table.write(s, names, values, self._modes(len(values)))
         if self._names is None:
             self._names = names
-            self._specs = [(v.dtype, v.shape[1:]) for v in values]
 
     def write_columns(self, slots: npt.ArrayLike, names: list[str],
                       values: list[np.ndarray]) -> None:
@@ -124,8 +123,6 @@ class SlotStore:
         self._table.write(s, names, values, self._modes(len(values)))
         if self._names is None:
             self._names = list(names)
-            self._specs = [(np.asarray(v).dtype, np.asarray(v).shape[1:])
-                           for v in values]
 
     def read(self, slots: npt.ArrayLike, counter: np.ndarray | None = None
              ) -> dict[str, np.ndarray]:
@@ -164,7 +161,7 @@ class SlotStore:
     def clear(self) -> None:
         """Empty every slot and forget the columns."""
         self._table.clear()
-        self._names, self._specs = None, []
+        self._names = None
 
     def occupied(self) -> npt.NDArray[np.int64]:
         """The occupied slots, ascending."""
@@ -185,7 +182,6 @@ class SlotStore:
         if state["names"] is not None:
             self._names = list(state["names"])
             rows = state["rows"]
-            self._specs = [(rows[k].dtype, rows[k].shape[1:]) for k in self._names]
             if len(state["slots"]):
                 self._table.write(state["slots"], self._names,
                                   [rows[k] for k in self._names],
