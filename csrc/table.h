@@ -215,13 +215,6 @@ void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
 /* Copy the item with `key` into *out.  Returns 1 if found, else 0. */
 int fr_table_get(fr_table *t, uint64_t key, fr_item *out);
 
-/* Read items by key, as a learner reads slots (no sampling, no counters):
- * payloads[i] receives the payload of keys[i], retained for the caller (keys
- * may repeat).  One lock for the batch; O(n).  FR_EKEY_MISSING with *missing
- * = the index of the first absent key, and nothing retained. */
-int fr_table_lookup(fr_table *t, int64_t n, const uint64_t *keys,
-                    uint64_t *payloads, int64_t *missing);
-
 /* Copy up to `cap` items, in insertion order, into out; returns how many
  * items the table holds (call again with a larger buffer if that exceeds
  * cap).  Payloads copied out are retained for the caller. */

@@ -87,25 +87,6 @@ int fr_table_get(fr_table *t, uint64_t key, fr_item *out) {
     return slot >= 0;
 }
 
-int fr_table_lookup(fr_table *t, int64_t n, const uint64_t *keys,
-                    uint64_t *payloads, int64_t *missing) {
-    int rc = FR_OK;
-    pthread_mutex_lock(&t->mu);
-    for (int64_t i = 0; i < n; i++) { /* check all before retaining any */
-        int32_t slot = fr_keymap_get(&t->index, keys[i]);
-        if (slot < 0) {
-            *missing = i;
-            rc = FR_EKEY_MISSING;
-            break;
-        }
-        payloads[i] = t->items[slot].payload;
-    }
-    if (rc == FR_OK && t->ops.retain)
-        for (int64_t i = 0; i < n; i++) t->ops.retain(t->ops.ctx, payloads[i]);
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
 static int by_seq(const void *a, const void *b) {
     uint64_t x = ((const fr_item *)a)->inserted_seq;
     uint64_t y = ((const fr_item *)b)->inserted_seq;

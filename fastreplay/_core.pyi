@@ -249,9 +249,6 @@ class TableCore:
         list[bool],
         int,
     ]: ...
-    def lookup_batch(
-        self, keys: npt.ArrayLike, out: Any = None, offset: int = 0
-    ) -> tuple[list[npt.NDArray[Any]], list[bool], int]: ...
     def mutate(
         self,
         update_keys: npt.ArrayLike,

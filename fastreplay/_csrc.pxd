@@ -223,8 +223,6 @@ cdef extern from "table.h" nogil:
     void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
                                    int64_t deletes, const fr_table_stats *stats)
     int fr_table_get(fr_table *t, uint64_t key, fr_item *out)
-    int fr_table_lookup(fr_table *t, int64_t n, const uint64_t *keys,
-                        uint64_t *payloads, int64_t *missing)
     int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap)
 
 

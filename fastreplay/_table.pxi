@@ -421,42 +421,6 @@ cdef class TableCore:
             times, sizes = times[:done], sizes[:done]
         return keys, probs, prios, times, sizes, columns, squeeze, sid
 
-    def lookup_batch(self, keys, out=None, Py_ssize_t offset=0):
-        """Gather the data of the items with ``keys`` (repeats allowed) into
-        stacked arrays, as sample_batch does but chosen by the caller: no
-        selector, rate limiter or times_sampled is touched.  Returns
-        ``(columns, squeeze, structure_id)``; KeyError names the first
-        absent key and the table."""
-        cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
-        cdef Py_ssize_t n = kv.shape[0]
-        self._check_num_samples(max(n, 1))
-        target = None
-        if out is not None:
-            target = np.frombuffer(out, np.uint8)
-            if not target.flags.writeable:
-                raise ValueError("lookup_batch: out must be a writable buffer")
-        if n == 0:
-            return [], [], 0
-        cdef uint64_t *yv = <uint64_t *>calloc(n, sizeof(uint64_t))
-        cdef int64_t missing = -1, i
-        cdef int rc
-        if yv == NULL:
-            raise MemoryError()
-        try:
-            with nogil:
-                rc = fr_table_lookup(self._t, n, &kv[0], yv, &missing)
-            if rc == FR_EKEY_MISSING:
-                raise KeyError(f"no item with key {kv[missing]} ({self._ctx()})")
-            _raise_for_status(rc, self._ctx())
-            sid = _same_structure(<fr_trajectory **>yv, n, self.name)
-            columns, squeeze = _gather(<fr_trajectory **>yv, n, self.name, target,
-                                       offset)
-        finally:
-            for i in range(n):
-                fr_trajectory_payload_release(NULL, yv[i])
-            free(yv)
-        return columns, squeeze, sid
-
     def mutate(self, update_keys, update_priorities, delete_keys) -> None:
         """Delete ``delete_keys``, then set priorities (unknown keys ignored).
 
