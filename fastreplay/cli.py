@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,12 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
                            "connected over the server's port to the server in "
                            "this process")
 
+    from fastreplay.bench.runner import workload_help
+
     bench = sub.add_parser(
         "bench", help="standard workloads on fastreplay and installed peers",
-        description="Runs DESIGN.md's standard workloads on fastreplay and, in "
-                    "the same process, on every installed peer (cpprb, TorchRL, "
-                    "Tianshou, SB3, dm-reverb); prints medians and ratios "
-                    "(peer median / fastreplay median).")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Runs the standard replay workloads on fastreplay and, in the same "
+            "process, on every installed peer (cpprb, TorchRL, Tianshou, SB3, "
+            "dm-reverb); prints medians with the min-max over the rounds, and "
+            "ratios against peers only (peer median / fastreplay median: 3.0x = "
+            "the peer takes 3 times as long). fastreplay's own variants (other "
+            "APIs, the uncompressed payload) are in a table of their own.", 79),
+        epilog="workloads (--only takes a comma-separated list):\n"
+               + workload_help())
     bench.add_argument("--quick", action="store_true",
                        help="small sizes and few rounds (a smoke run of seconds)")
     bench.add_argument("--only", type=_workloads, metavar="WORKLOAD[,WORKLOAD]",
@@ -129,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the table as Markdown")
     bench.add_argument("--from-json", nargs="+", metavar="PATH",
                        help="measure nothing: print (and --plot) the runs saved "
-                            "by --json, e.g. one per environment")
+                            "by --json, e.g. one per environment; they must have "
+                            "the same sizes (all --quick or none)")
 
     info = sub.add_parser("info", help="versions, build flags and installed peers")
     info.add_argument("--json", action="store_true", help="print JSON instead")
@@ -168,17 +178,21 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.exit(2, "fastreplay bench: error: --plot needs matplotlib, which is "
                        "not installed; install it with: pip install "
                        "'fastreplay[plot]' (or: pip install matplotlib)\n")
-    from fastreplay.bench import report, runner
+    from fastreplay.bench import report, results, runner
 
     if args.from_json:
         runs = []
         for path in args.from_json:
             try:
                 with open(path, encoding="utf-8") as f:
-                    runs.append(runner.Run.from_json(json.load(f)))
+                    runs.append(results.Run.from_json(json.load(f)))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 parser.exit(1, f"fastreplay bench: error: cannot read {path}: "
                                f"{type(exc).__name__}: {exc}\n")
+        try:
+            results.check_same_sizes(runs, args.from_json)
+        except ValueError as exc:
+            parser.exit(1, f"fastreplay bench: error: {exc}\n")
     else:
         config = runner.QUICK if args.quick else runner.FULL
         runs = [runner.run(config, quick=args.quick, only=args.only)]
@@ -186,9 +200,9 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(runs[0].to_json(), f, indent=2)
     for i, result in enumerate(runs):
-        print(("\n" if i else "") + report.format_context(result))
-        print()
-        print(report.format_table(result, markdown=args.markdown))
+        if len(runs) > 1:
+            print(("\n" if i else "") + f"Run {i + 1} ({args.from_json[i]}):")
+        print(report.format_run(result, markdown=args.markdown))
     if args.plot:
         report.plot(runs, args.plot)
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastreplay.bench import report, runner
+from fastreplay.bench import report, results, runner
 from fastreplay.bench.env import PEERS
 from fastreplay.bench.workloads import atari_frames
 
@@ -89,7 +89,7 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
     assert out.returncode == 0, out.stderr
     assert "peer / fastreplay" in out.stdout and "Machine:" in out.stdout
     doc = json.loads((tmp_path / "out.json").read_text())
-    assert doc["format"] == "fastreplay-bench/1" and doc["quick"] is True
+    assert doc["format"] == "fastreplay-bench/2" and doc["quick"] is True
     assert doc["versions"]["fastreplay"] and doc["versions"]["numpy"]
     assert doc["machine"]["cores"] >= 1 and doc["build"]["extension"]
     assert "commit" in doc
@@ -103,6 +103,10 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
                                                   "batches/s", "calls/s"}
         assert r["ratio"] is None or positive(r["ratio"])
         assert r["library"] in PEER_NAMES | {"fastreplay", "uncompressed"}
+        assert r["min"] <= r["median"] <= r["max"], r
+        if r["ratio"] is not None:  # peers only; fastreplay's own: vs_baseline
+            assert r["kind"] == "peer" and r["library"] in PEER_NAMES, r
+            assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"], r
     for s in skipped:
         assert s["library"] in PEER_NAMES and s["reason"]
     for w in doc["workloads"]:
@@ -110,13 +114,20 @@ def test_bench_quick_measures_every_workload_and_accounts_for_every_peer(
         baseline = [r for r in mine if r["baseline"]]
         assert mine and len(baseline) <= 1, w["name"]
         same = {r["variant"]: r for r in mine if r["kind"] == "fastreplay"}
-        for r in mine:  # ratio = other median / fastreplay median: the row with
+        for r in mine:  # ratio = peer median / fastreplay median: the row with
             if r["ratio"] is not None:  # the same variant, else the baseline
                 ref = same.get(r["variant"]) or baseline[0]
+                assert r["ratio_to"] == ref["variant"]
                 ratio = r["median"] / ref["median"]
                 if r["unit"].endswith("/s"):  # rates: fastreplay's / the peer's
                     ratio = 1 / ratio
                 assert r["ratio"] == pytest.approx(ratio), r
+            if r["vs_baseline"] is not None:  # own variants: to the baseline
+                assert r["kind"] in ("variant", "reference"), r
+                ratio = r["median"] / baseline[0]["median"]
+                if r["unit"].endswith("/s"):
+                    ratio = 1 / ratio
+                assert r["vs_baseline"] == pytest.approx(ratio), r
         for peer in w["peers"]:  # every peer measured or skipped with a reason
             measured = any(r["library"] == peer and positive(r["ratio"]) for r in mine)
             noted = any(s["library"] == peer and s["workload"] == w["name"]
@@ -145,9 +156,10 @@ def test_bench_processes_runs_actors_and_a_learner_in_other_processes(
     remote = fr["learner process: sample_batch(256)"]
     local = fr["in the server process: sample_batch(256)"]
     assert remote["baseline"] and remote["unit"] == local["unit"] == "batches/s"
-    # The in-process row's ratio: the remote rate as a fraction of it.
-    assert local["kind"] == "variant"
-    assert local["ratio"] == pytest.approx(remote["median"] / local["median"])
+    # The in-process row, a variant (not a peer): the remote rate as a
+    # fraction of it.
+    assert local["kind"] == "variant" and local["ratio"] is None
+    assert local["vs_baseline"] == pytest.approx(remote["median"] / local["median"])
     rv = [r for r in doc["results"] if r["library"] == "dm-reverb"]
     skipped = [s for s in doc["skipped"] if s["library"] == "dm-reverb"]
     assert rv or skipped  # measured, or skipped with the reason shown
@@ -219,7 +231,7 @@ def test_ratios_divide_by_the_workload_baseline() -> None:
           runner.Result("w", "cpprb", "c", 5.0, "s", "call", 3, kind="peer"),
           runner.Result("w", "cpprb", "d", 5.0, "s", "batch", 3, kind="peer"),
           runner.Result("v", "sb3", "e", 5.0, "s", "call", 3, kind="peer")]
-    runner._ratios(rs)
+    results.compute_ratios(rs)
     assert [r.ratio for r in rs] == [None, None, 2.5, None, None]
     assert report.format_value(58.7e-6, "s") == "58.7 µs"
     assert report.format_value(1.5, "s") == "1.50 s"
@@ -236,7 +248,7 @@ def test_rate_ratios_divide_by_the_fastreplay_row_of_the_same_variant() -> None:
                         kind="peer"),
           runner.Result("t", "dm-reverb", "4 writers: steps", 40.0, "steps/s", "", 5,
                         kind="peer")]  # no fastreplay row and no baseline: no ratio
-    runner._ratios(rs)
+    results.compute_ratios(rs)
     assert [r.ratio for r in rs] == [None, None, 10.0, 4.0, None]
 
 

@@ -17,8 +17,8 @@ import sys
 import sysconfig
 from typing import Any
 
-__all__ = ["PEERS", "Peer", "build_info", "commit", "machine", "peer_status",
-           "versions"]
+__all__ = ["NO_COMMIT", "PEERS", "Peer", "build_info", "commit", "machine",
+           "peer_status", "versions"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,10 +101,19 @@ def machine() -> dict[str, Any]:
             "python_implementation": platform.python_implementation()}
 
 
-def commit() -> str | None:
-    """Short git commit of the fastreplay checkout in use (None when it is
-    not a git checkout, e.g. an installed wheel); '+dirty' marks local
-    changes to tracked files."""
+NO_COMMIT = "unknown (not a git checkout)"
+
+
+def commit() -> str:
+    """The fastreplay commit in use, never None: the short git commit of the
+    checkout it is imported from ('+dirty' marks local changes to tracked
+    files); else the commit pip recorded for a VCS install
+    (``direct_url.json``) or one in the version (``0.1.0+g1a2b3c4``); else
+    ``NO_COMMIT``."""
+    return _git_commit() or _installed_commit() or NO_COMMIT
+
+
+def _git_commit() -> str | None:
     # realpath: a venv may reach the checkout through a symlink.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     if not os.path.exists(os.path.join(root, ".git")):
@@ -118,7 +127,26 @@ def commit() -> str | None:
                                timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return head + ("+dirty" if dirty else "")
+    return (head + ("+dirty" if dirty else "")) or None
+
+
+def _installed_commit(distribution: str = "fastreplay") -> str | None:
+    """The commit an installed distribution records, if any."""
+    import json
+    import re
+
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    try:
+        vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info")
+    except (ValueError, AttributeError):
+        vcs = None
+    if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
+        return str(vcs["commit_id"])[:7]
+    match = re.search(r"\+g([0-9a-f]{7,40})", dist.version or "")
+    return match.group(1)[:7] if match else None
 
 
 def build_info() -> dict[str, Any]:

@@ -37,7 +37,8 @@ from fastreplay import _core, rate_limiters, selectors
 from fastreplay.bench import peers, workloads
 
 if TYPE_CHECKING:
-    from fastreplay.bench.runner import Config, _Recorder
+    from fastreplay.bench.results import Config
+    from fastreplay.bench.runner import _Recorder
 
 IMAGES = 100_000  # transitions of the per-images workload (FULL)
 _SMALL = {"obs": ((8,), np.float32), "next_obs": ((8,), np.float32),
@@ -142,6 +143,7 @@ def _guarded(key: str, build: Callable[[int], Callable[..., Any]], n: int
 # ----- frames -----
 
 FRAME_EPISODE = 500
+FRAME_STEPS = 10_000  # steps of the frames workload (FULL; at most the capacity)
 
 
 def noise_episodes(steps: int, seed: int = 0) -> Any:
@@ -179,9 +181,9 @@ def _cpprb_frames(steps: int) -> Callable[[], Any]:
 
 
 def frames(cfg: Config, rec: _Recorder) -> None:
-    from fastreplay.bench.runner import Result
+    from fastreplay.bench.results import Result
 
-    name, steps = "frames", min(cfg.capacity, 10_000)
+    name, steps = "frames", min(cfg.capacity, FRAME_STEPS)
     rounds, inner = cfg.rounds, max(1, cfg.inner // 5)
     payload = 2 * 84 * 84 * 4  # obs + next_obs as stacks
     for variant, stacked, base in (("next_of + stack_compress", True, True),
@@ -309,7 +311,7 @@ def step_loop(writer: Any, steps: int, obs: list[np.ndarray]) -> float:
 
 
 def writer_step(cfg: Config, rec: _Recorder) -> None:
-    from fastreplay.bench.runner import Result
+    from fastreplay.bench.results import from_values
 
     name, steps = "writer-step", cfg.writer_steps * 20
     obs = [np.random.default_rng(i).random(8, np.float32) for i in range(64)]
@@ -325,13 +327,12 @@ def writer_step(cfg: Config, rec: _Recorder) -> None:
             floor.append(step_loop(NullWriter(), steps, obs))
     finally:
         server.stop()
-    pairs = sorted(a - b for a, b in zip(own, floor, strict=True))
+    pairs = [a - b for a, b in zip(own, floor, strict=True)]
     # The floor and share rows are "per step" too, but get no ratio: "per"
     # differs from the loop's.
-    rows = (("TrajectoryWriter loop", sorted(own), "step", True),
-            ("do-nothing writer loop", sorted(floor), "step (floor)", False),
+    rows = (("TrajectoryWriter loop", own, "step", True),
+            ("do-nothing writer loop", floor, "step (floor)", False),
             ("fastreplay's share (paired loop - floor)", pairs, "step (share)", False))
     for variant, values, per, base in rows:
-        rec.add(Result(name, "fastreplay", variant,
-                       values[len(values) // 2], "s", per, len(values),
-                       "fastreplay" if base else "reference", base))
+        rec.add(from_values(name, "fastreplay", variant, values, "s", per,
+                            "fastreplay" if base else "reference", base))

@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING, Any
 from fastreplay.bench.process_worker import ATARI, SMALL
 
 if TYPE_CHECKING:
-    from fastreplay.bench.runner import Config, _Recorder
+    from fastreplay.bench.results import Config
+    from fastreplay.bench.runner import _Recorder
 
 __all__ = ["Plan", "Proc", "Session", "measure", "reverb_ok"]
 
@@ -354,7 +355,7 @@ def measure(cfg: Config, rec: _Recorder) -> None:
     ratio: remote over in-process rate); other dm-reverb rows divide by the
     fastreplay row of the same variant."""
     from fastreplay.bench import peers
-    from fastreplay.bench.runner import Result
+    from fastreplay.bench.results import from_values
 
     name = "processes"
     plan = Plan(small=cfg.process_items, rounds=cfg.process_rounds,
@@ -376,8 +377,8 @@ def measure(cfg: Config, rec: _Recorder) -> None:
                 base = lib == "fastreplay" and label.startswith("small sample")
                 kind = ("variant" if "in-process" in label else
                         "fastreplay" if lib == "fastreplay" else "peer")
-                rec.add(Result(name, lib, row[0], statistics.median(values), row[1],
-                               "", len(values), kind, base))
+                rec.add(from_values(name, lib, row[0], values, row[1], "", kind,
+                                    base))
         return s
 
     with tempfile.TemporaryDirectory(prefix="fastreplay_bench_processes_") as tmp:

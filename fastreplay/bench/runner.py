@@ -1,13 +1,17 @@
-"""``fastreplay bench``: the standard workloads of DESIGN.md section 6 on
-fastreplay and, in the same process, on every installed peer.
+"""``fastreplay bench``: the standard workloads on fastreplay and, in the
+same process, on every installed peer (cpprb, TorchRL, Tianshou, SB3,
+dm-reverb).
 
-Most workloads have one fastreplay *baseline* row; a peer row's ratio is the
-peer's median divided by the baseline's (for times: how many times longer the
-peer takes).  A peer row with the variant of a fastreplay row (threads: as
-many writers) is divided by that row instead, and rates (steps/s) are
-inverted, fastreplay's over the peer's, so they read the same way.  Medians
-are over ``rounds`` timed rounds after one warm-up round; a round of a
-microsecond-scale call runs it ``inner`` times.  Peers that are not
+Most workloads have one fastreplay *baseline* row.  A peer row's ``ratio``
+is the peer's median over the baseline's (for times: how many times longer
+the peer takes); a peer row with the variant of a fastreplay row (threads:
+as many writers) is divided by that row instead, and rates (steps/s) are
+inverted, fastreplay's over the peer's, so they read the same way.
+fastreplay's own variants (another API doing the same work) and references
+(the uncompressed payload) get ``vs_baseline`` instead: they are not peers
+(:mod:`fastreplay.bench.results`).  Medians, with the smallest and largest
+round, are over ``rounds`` timed rounds after one warm-up round; a round of
+a microsecond-scale call runs it ``inner`` times.  Peers that are not
 installed, or fail to build, are recorded as skipped with the reason, never
 as an error.
 """
@@ -16,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,114 +27,24 @@ from functools import partial
 from typing import Any, Literal, TextIO, TypeVar
 
 from fastreplay.bench import env, hwlimit, peers, workloads
+from fastreplay.bench.report import median_text
+from fastreplay.bench.results import (
+    FULL,
+    QUICK,
+    Config,
+    Result,
+    Run,
+    Skipped,
+    WorkloadInfo,
+    compute_ratios,
+    count_text,
+    from_values,
+)
 
-__all__ = ["FULL", "QUICK", "WORKLOADS", "Config", "Result", "Run", "Skipped", "run"]
+__all__ = ["FULL", "QUICK", "WORKLOADS", "WORKLOAD_NAMES", "Config", "Result", "Run",
+           "Skipped", "Workload", "run", "workload_help"]
 
 _T = TypeVar("_T")
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Sizes and repetitions of one run."""
-
-    capacity: int  # items of the prioritized and uniform tables
-    rounds: int  # timed rounds of the table workloads
-    inner: int  # calls per round of the table workloads
-    writer_steps: int
-    writer_rounds: int
-    sample_table: int  # items of the sample_batch table
-    sample_batches: int  # batches of 256 per round
-    memory_steps: int
-    thread_steps: int  # steps per writer thread
-    thread_rounds: int
-    threads: tuple[int, ...]
-    structured_steps: int = 5000  # steps per round of the structured workloads
-    structured_rounds: int = 9
-    process_items: int = 1_000_000  # items of the table a learner process samples
-    process_rounds: int = 5  # rounds of the processes workload
-    process_seconds: float = 1.0  # one round of the processes workload
-
-
-FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
-              writer_rounds=5, sample_table=100_000, sample_batches=20,
-              memory_steps=2000, thread_steps=10000, thread_rounds=5,
-              threads=(1, 2, 4))
-QUICK = Config(capacity=10_000, rounds=3, inner=5, writer_steps=200, writer_rounds=2,
-               sample_table=2_000, sample_batches=2, memory_steps=300,
-               thread_steps=300, thread_rounds=1, threads=(1, 2),
-               structured_steps=300, structured_rounds=2, process_items=2_000,
-               process_rounds=2, process_seconds=0.2)
-
-
-@dataclasses.dataclass
-class Result:
-    """One measured row.  ``median`` is in ``unit`` per ``per`` (e.g. seconds
-    per 1000 steps); ``kind`` is "fastreplay", "variant" (another fastreplay
-    API doing the baseline's work; it gets a ratio), "peer" or "reference"."""
-
-    workload: str
-    library: str
-    variant: str
-    median: float
-    unit: str
-    per: str
-    rounds: int
-    kind: str = "fastreplay"
-    baseline: bool = False
-    ratio: float | None = None
-
-
-@dataclasses.dataclass
-class Skipped:
-    workload: str
-    library: str
-    reason: str
-
-
-@dataclasses.dataclass
-class Run:
-    """Results of one ``run`` call, with the machine they were measured on."""
-
-    config: Config
-    quick: bool
-    results: list[Result] = dataclasses.field(default_factory=list)
-    skipped: list[Skipped] = dataclasses.field(default_factory=list)
-    workloads: list[Workload] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-    #: machine, versions, build and commit (``env``) of the measuring process
-    context: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "quick": self.quick,
-            "config": dataclasses.asdict(self.config),
-            **self.context,
-            "seconds": round(self.seconds, 3),
-            "workloads": [{"name": w.name, "title": w.title, "peers": list(w.peers)}
-                          for w in self.workloads],
-            "results": [dataclasses.asdict(r) for r in self.results],
-            "skipped": [dataclasses.asdict(s) for s in self.skipped],
-        }
-
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Run:
-        """A run written by ``to_json`` (``fastreplay bench --json``)."""
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} document (format "
-                             f"{doc.get('format')!r})")
-        config = Config(**{**doc["config"], "threads": tuple(doc["config"]["threads"])})
-        by_name = {w.name: w for w in WORKLOADS}
-        return cls(config, bool(doc["quick"]),
-                   [Result(**r) for r in doc["results"]],
-                   [Skipped(**s) for s in doc["skipped"]],
-                   [by_name[w["name"]] for w in doc["workloads"]],
-                   float(doc["seconds"]),
-                   {k: doc.get(k) for k in ("machine", "versions", "build", "commit")})
-
-
-FORMAT = "fastreplay-bench/1"
 
 
 class _Recorder:
@@ -156,8 +69,8 @@ class _Recorder:
             for _ in range(inner):
                 fn()
             times.append((time.perf_counter() - t0) / inner * scale)
-        self.add(Result(workload, library, variant, statistics.median(times), "s", per,
-                        rounds, kind, baseline))
+        self.add(from_values(workload, library, variant, times, "s", per, kind,
+                             baseline))
 
     def skip(self, workload: str, library: str, reason: str) -> None:
         self.run.skipped.append(Skipped(workload, library, reason))
@@ -182,10 +95,35 @@ class _Recorder:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
+    """A standard workload: ``summary`` is its line in ``fastreplay bench
+    --help``; ``title`` is a template filled in with a run's sizes
+    (``sizes``), so that ``--quick`` titles say what was measured."""
+
     name: str
+    summary: str
     title: str
     peers: tuple[str, ...]
     measure: Callable[[Config, _Recorder], None]
+
+    def title_at(self, cfg: Config) -> str:
+        return self.title.format(**sizes(cfg))
+
+    def info(self, cfg: Config) -> WorkloadInfo:
+        return WorkloadInfo(self.name, self.title_at(cfg), self.peers)
+
+
+def sizes(cfg: Config) -> dict[str, str]:
+    """The sizes workload titles name, as text (1M, 100k, "1, 2, 4")."""
+    return {"capacity": count_text(cfg.capacity),
+            "sample_table": count_text(cfg.sample_table),
+            "writer_steps": count_text(cfg.writer_steps),
+            "structured_steps": count_text(cfg.structured_steps),
+            "memory_steps": count_text(cfg.memory_steps),
+            "threads": ", ".join(str(n) for n in cfg.threads),
+            "thread_steps": count_text(cfg.thread_steps),
+            "process_items": count_text(cfg.process_items),
+            "images": count_text(min(hwlimit.IMAGES, cfg.capacity)),
+            "frames": count_text(min(hwlimit.FRAME_STEPS, cfg.capacity))}
 
 
 # ----- the workloads -----
@@ -370,13 +308,11 @@ def _threads(cfg: Config, rec: _Recorder) -> None:
             workloads.concurrent_throughput, steps=cfg.thread_steps, sampler=sampler))
         for n in cfg.threads:
             label = _writers(n) + (" + 1 sampler" if sampler else "")
-            rec.add(Result("threads", "fastreplay", f"{label}: steps",
-                           statistics.median(r[0] for r in runs[n]), "steps/s", "",
-                           cfg.thread_rounds))
+            rec.add(from_values("threads", "fastreplay", f"{label}: steps",
+                                (r[0] for r in runs[n]), "steps/s", ""))
             if sampler:
-                rec.add(Result("threads", "fastreplay", f"{label}: sampled items",
-                               statistics.median(r[1] for r in runs[n]), "items/s",
-                               "", cfg.thread_rounds))
+                rec.add(from_values("threads", "fastreplay", f"{label}: sampled items",
+                                    (r[1] for r in runs[n]), "items/s", ""))
     from fastreplay.bench import reverb_peer
 
     p = rec.peer("threads", "dm-reverb", partial(
@@ -388,9 +324,8 @@ def _threads(cfg: Config, rec: _Recorder) -> None:
     finally:
         p.close()
     for n in cfg.threads:  # ratio: to fastreplay's row with as many writers
-        rec.add(Result("threads", "dm-reverb", f"{_writers(n)}: steps",
-                       statistics.median(steps[n]), "steps/s", "", cfg.thread_rounds,
-                       kind="peer"))
+        rec.add(from_values("threads", "dm-reverb", f"{_writers(n)}: steps",
+                            steps[n], "steps/s", "", kind="peer"))
     if p.suppressed_lines:  # "pending items is alarmingly high"
         rec.log.write(f"  {'':<10} ({p.suppressed_lines} lines of reverb stderr"
                       f" hidden: {p.last_suppressed[:90]})\n")
@@ -402,46 +337,75 @@ def _processes(cfg: Config, rec: _Recorder) -> None:
     processes.measure(cfg, rec)
 
 
+def _obs(atari: bool) -> str:
+    return "uint8[84,84,4] frames" if atari else "float32[8]"
+
+
+# Titles are str.format templates over ``sizes(cfg)``: "{{" is a brace.
 WORKLOADS = [
-    Workload("prioritized", "Prioritized replay, capacity 1e6: sample 256 "
+    Workload("prioritized", "PER: sample 256 (IS weights), update 256 priorities", "Prioritized replay, capacity {capacity}: sample 256 "
              "(alpha 0.6, IS weights beta 0.4) + update 256 priorities",
              ("cpprb", "torchrl", "tianshou"), _prioritized),
-    Workload("uniform", "Uniform sample of 256 from 1e6 small transitions",
+    Workload("uniform", "uniform sample of 256 small transitions",
+             "Uniform sample of 256 from {capacity} small transitions",
              ("cpprb", "torchrl", "sb3"), _uniform),
-    *[Workload(_writer_name(a, f), "Writer: {observation: "
-               + ("uint8[84,84,4] frames" if a else "float32[8]")
-               + ", action, reward}, one length-5 item per step"
-               + (", flush(5) after each item" if f else ""),
+    *[Workload(_writer_name(a, f), "TrajectoryWriter, a length-5 item per "
+               + ("Atari step" if a else "small step")
+               + (", flush(5) after each" if f else ""),
+               "Writer: {{observation: " + _obs(a) + ", action, reward}}, one "
+               "length-5 item per step" + (", flush(5) after each item" if f else "")
+               + "; {writer_steps} steps a round",
                ("dm-reverb",), _writer(a, f))
       for f in (False, True) for a in (False, True)],
-    *[Workload(_structured_name(a), "StructuredWriter: {observation: "
-               + ("uint8[84,84,4] frames" if a else "float32[8]")
-               + ", action, reward}, one length-10 pattern item per step, "
-               "flush() every 100 steps", ("dm-reverb",), _structured(a))
+    *[Workload(_structured_name(a), "StructuredWriter, a length-10 item per "
+               + ("Atari step" if a else "small step"),
+               "StructuredWriter: {{observation: " + _obs(a) + ", action, "
+               "reward}}, one length-10 pattern item per step, flush() every 100 "
+               "steps; {structured_steps} steps a round", ("dm-reverb",),
+               _structured(a))
       for a in (False, True)],
-    Workload("sample_batch", "Batches of 256 length-5 items of small steps from "
-             "a 100k-item Uniform table", ("dm-reverb",), _sample_batch),
-    Workload("memory", "Bytes per stored step, overlapping length-5 items of "
-             "Atari-like frames", (), _memory),
-    Workload("threads", "Aggregate throughput: 1, 2, 4 writer threads (Atari "
-             "steps), alone and with one sample_batch thread", ("dm-reverb",),
+    Workload("sample_batch", "client.sample_batch(256) of length-5 items",
+             "Batches of 256 length-5 items of small steps from a "
+             "{sample_table}-item Uniform table", ("dm-reverb",), _sample_batch),
+    Workload("memory", "stored bytes per step of Atari frames",
+             "Bytes per stored step, overlapping length-5 items of Atari-like "
+             "frames ({memory_steps} steps)", (), _memory),
+    Workload("threads", "writer threads, alone and with a sampler thread",
+             "Aggregate throughput: {threads} writer threads ({thread_steps} Atari "
+             "steps each), alone and with one sample_batch thread", ("dm-reverb",),
              _threads),
-    Workload("processes", "Across processes: actor, learner and priority updates "
-             "against a server process (float32[8] steps, one item per step; "
-             "sample_batch(256) and priorities from a 1e6-item Prioritized table)",
-             ("dm-reverb",), _processes),
-    Workload("per-images", "Prioritized, 100k x uint8[84,84] obs + next_obs: sample "
-             "256 (IS weights)", ("tianshou", "cpprb"), hwlimit.per_images),
-    Workload("frames", "Each frame once: 4-stacked noise uint8[84,84] obs + next_obs "
-             "(stored bytes, sample 256)", ("cpprb",), hwlimit.frames),
-    Workload("add-batch", "add 256 small transitions per call into a full 1e6 "
-             "buffer", ("cpprb",), hwlimit.add_batch),
-    Workload("add-one", "add one small transition into a full 1e6 prioritized "
-             "buffer", ("cpprb",), hwlimit.add_one),
-    Workload("writer-step", "A Reverb user's step (append + a length-5 item of "
-             "three history slices) over a do-nothing writer", (), hwlimit.writer_step),
+    Workload("processes", "actor and learner processes, a server process",
+             "Across processes: actor, learner and priority updates against a "
+             "server process (float32[8] steps, one item per step; "
+             "sample_batch(256) and priorities from a {process_items}-item "
+             "Prioritized table)", ("dm-reverb",), _processes),
+    Workload("per-images", "PER: sample 256 of uint8[84,84] obs + next_obs",
+             "Prioritized, {images} x uint8[84,84] obs + next_obs: sample 256 (IS "
+             "weights)", ("tianshou", "cpprb"), hwlimit.per_images),
+    Workload("frames", "4-stacked frames stored once: bytes, sample 256",
+             "Each frame once: {frames} steps of 4-stacked noise uint8[84,84] obs "
+             "+ next_obs (stored bytes, sample 256)", ("cpprb",), hwlimit.frames),
+    Workload("add-batch", "add_batch of 256 small transitions, full buffer",
+             "add 256 small transitions per call into a full {capacity} buffer",
+             ("cpprb",), hwlimit.add_batch),
+    Workload("add-one", "add one small transition, full PER buffer",
+             "add one small transition into a full {capacity} prioritized buffer",
+             ("cpprb",), hwlimit.add_one),
+    Workload("writer-step", "a Reverb user's append + create_item step",
+             "A Reverb user's step (append + a length-5 item of three "
+             "history slices) over a do-nothing writer", (), hwlimit.writer_step),
 ]
 WORKLOAD_NAMES = [w.name for w in WORKLOADS]
+
+
+def workload_help() -> str:
+    """The workloads as ``fastreplay bench --help`` lists them."""
+    width = max(len(w.name) for w in WORKLOADS)
+    lines = []
+    for w in WORKLOADS:
+        against = f" (vs {', '.join(w.peers)})" if w.peers else " (no peer)"
+        lines.append(f"  {w.name:<{width}}  {w.summary}{against}")
+    return "\n".join(lines)
 
 
 def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = None,
@@ -454,8 +418,8 @@ def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = Non
         for w in WORKLOADS:
             if only and w.name not in only:
                 continue
-            result.workloads.append(w)
-            log.write(f"{w.name}: {w.title}\n")
+            result.workloads.append(w.info(config))
+            log.write(f"{w.name}: {w.title_at(config)}\n")
             log.flush()
             # Objects left by earlier workloads and peers' imports (torch
             # alone: ~300k) go to the permanent generation, so a collection
@@ -466,42 +430,8 @@ def run(config: Config, *, quick: bool = False, only: Sequence[str] | None = Non
             w.measure(config, rec)
     finally:
         gc.unfreeze()
-    result.seconds = time.perf_counter() - t0
     result.context = {"machine": env.machine(), "versions": env.versions(),
                       "build": env.build_info(), "commit": env.commit()}
-    _ratios(result.results)
+    result.seconds = time.perf_counter() - t0
+    compute_ratios(result.results)
     return result
-
-
-def _ratios(results: list[Result]) -> None:
-    """A non-fastreplay row's ratio is to the fastreplay row of its workload
-    with the same variant (threads: as many writers), else to the baseline;
-    for rates (unit ".../s") it is inverted, so that it too is how many times
-    longer the row takes than fastreplay."""
-    base = {r.workload: r for r in results if r.baseline}
-    same = {(r.workload, r.variant): r for r in results if r.kind == "fastreplay"}
-    for r in results:
-        b = same.get((r.workload, r.variant), base.get(r.workload))
-        if (b is not None and r.kind != "fastreplay" and r.unit == b.unit
-                and r.per == b.per and b.median > 0 and r.median > 0):
-            rate = r.unit.endswith("/s")
-            r.ratio = b.median / r.median if rate else r.median / b.median
-
-
-# ----- values as text (fastreplay.bench.report formats whole runs) -----
-
-def format_value(value: float, unit: str) -> str:
-    """A median with a readable unit: seconds as ns/µs/ms/s, others grouped."""
-    if unit == "s":
-        for scale, name in ((1e-6, "ns"), (1e-3, "µs"), (1.0, "ms")):
-            if value < scale:
-                return f"{value * 1e3 / scale:.1f} {name}"
-        return f"{value:.2f} s"
-    if value >= 100:
-        return f"{value:,.0f} {unit}"
-    return f"{value:.1f} {unit}"
-
-
-def median_text(r: Result) -> str:
-    value = format_value(r.median, r.unit)
-    return f"{value} / {r.per}" if r.per else value

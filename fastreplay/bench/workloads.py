@@ -1,4 +1,4 @@
-"""fastreplay's side of the standard workloads (DESIGN.md section 6).
+"""fastreplay's side of the standard workloads of ``fastreplay bench``.
 
 The table factories (``fastreplay_prioritized``, ``fastreplay_uniform``,
 ``fastreplay_replay_buffer``, ``fastreplay_replay_buffer_uniform``) fill a
@@ -55,7 +55,7 @@ def fastreplay_uniform(capacity: int = 1_000_000, seed: int = 0) -> UniformWorkl
     return UniformWorkload("fastreplay_uniform", capacity, fill, table.sample)
 
 
-# ----- writer workloads (DESIGN.md section 6, workloads 1, 4 and 5) -----
+# ----- writer workloads -----
 
 SMALL_OBS = ((8,), np.float32)
 ATARI_OBS = ((84, 84, 4), np.uint8)
