@@ -30,8 +30,8 @@ def synthetic_run(config: results.Config = FULL, quick: bool = False,
     """A run with every kind of row: baseline, another fastreplay row, a
     variant, references, peers (one compared by variant), rates."""
     rows = [
-        results.from_values("prioritized", "fastreplay", "ReplayBuffer", [2.0, 1.0, 3.0],
-                            "s", "call", baseline=True),
+        results.from_values("prioritized", "fastreplay", "ReplayBuffer",
+                            [2.0, 1.0, 3.0], "s", "call", baseline=True),
         results.from_values("prioritized", "fastreplay", "Table", [0.5, 0.6, 0.4],
                             "s", "call"),
         results.from_values("prioritized", "cpprb", "PrioritizedReplayBuffer",
@@ -135,9 +135,12 @@ def test_the_peer_column_holds_peers_only_and_own_rows_have_their_own_table() ->
 def test_without_peers_the_output_says_none_was_measured() -> None:
     run = synthetic_run()
     run.results = [r for r in run.results if not r.is_peer]
+    run.workloads = [WorkloadInfo("threads", "threads title", ("dm-reverb",))]
     text = report.format_table(run)
     assert "no peer was measured" in text and "fastreplay[bench]" in text
     assert "writer: steps" in text  # every row is still shown, in the own table
+    run.workloads = [WorkloadInfo("memory", "memory title", ())]
+    assert "none of these workloads has a peer" in report.format_table(run)
 
 
 # ----- spreads -----

@@ -139,10 +139,12 @@ def format_table(run: Run, markdown: bool = False) -> str:
             [[r.workload, r.library, r.variant, str(r.rounds), median_text(r),
               spread_text(r), _peer_cell(r)]
              for r in against], markdown)
+    elif not any(w.peers for w in run.workloads):
+        lines.append("Against peers: none of these workloads has a peer.")
     else:
-        lines.append(f"Against peers ({PEER_HEADER}): no peer was measured; "
-                     "install them with pip install 'fastreplay[bench]' (see "
-                     "Skipped below).")
+        lines.append(f"Against peers ({PEER_HEADER}): no peer was measured"
+                     + (" (see Skipped below)" if run.skipped else "")
+                     + "; install them with pip install 'fastreplay[bench]'.")
     if others:
         lines.append("")
         lines.append(f"fastreplay's own variants and references, not peers "

@@ -73,8 +73,7 @@ def count_text(n: int) -> str:
     """A count as titles show it: 1M, 100k, 2.5k, 300."""
     for scale, suffix in ((1_000_000, "M"), (1_000, "k")):
         if n >= scale:
-            value = n / scale
-            return f"{value:.0f}{suffix}" if value == int(value) else f"{value:g}{suffix}"
+            return f"{n / scale:g}{suffix}"
     return str(n)
 
 

@@ -343,7 +343,8 @@ def _obs(atari: bool) -> str:
 
 # Titles are str.format templates over ``sizes(cfg)``: "{{" is a brace.
 WORKLOADS = [
-    Workload("prioritized", "PER: sample 256 (IS weights), update 256 priorities", "Prioritized replay, capacity {capacity}: sample 256 "
+    Workload("prioritized", "PER: sample 256 (IS weights), update 256 priorities",
+             "Prioritized replay, capacity {capacity}: sample 256 "
              "(alpha 0.6, IS weights beta 0.4) + update 256 priorities",
              ("cpprb", "torchrl", "tianshou"), _prioritized),
     Workload("uniform", "uniform sample of 256 small transitions",
