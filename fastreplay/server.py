@@ -136,6 +136,18 @@ class Server:
         """Write every table to the checkpointer; returns the path."""
         return str(self._checkpointer_for_save().save(self._tables, self._store))
 
+    def metrics(self) -> dict[str, float]:
+        """Every table's counters and the chunk store's bytes as one flat
+        dict for loggers (``table/<name>/inserts``, ``chunk_store/stored_bytes``
+        ...; ``fastreplay.metrics`` lists the keys)."""
+        from fastreplay.metrics import chunk_store_metrics
+
+        out: dict[str, float] = {}
+        for table in self._tables.values():
+            out.update(table.metrics())
+        out.update(chunk_store_metrics(self._store.stats()))
+        return out
+
     def localhost_client(self) -> Client:
         from fastreplay.client import Client
 
