@@ -329,8 +329,8 @@ class TableInfo:
 
         rows = [
             ("size", f"{self.current_size:,} / {self.max_size:,} items from "
-                     f"{self.num_episodes:,} episodes "
-                     f"({self.num_deleted_episodes:,} episodes deleted)"),
+                     f"{_count(self.num_episodes, 'episode')} "
+                     f"({self.num_deleted_episodes:,} deleted)"),
             ("sampler", sampler),
             ("remover", remover),
             ("max_times_sampled", f"{times:,}" if times > 0 else "unlimited"),
@@ -364,6 +364,10 @@ def _spec_text(spec: Any) -> str:
         name = getattr(dtype, "name", None) or str(dtype)
         return f"{name}{list(shape)}"
     return " ".join(repr(spec).split())
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _shorten(text: str, width: int) -> str:
