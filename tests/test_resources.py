@@ -226,3 +226,17 @@ def test_server_with_block_stops_it() -> None:
     with make_server() as srv:
         remote_client(srv).server_info()
     wait_until(back_to(baseline), "a stopped server's threads ended")
+
+
+# ----- writers -----
+
+
+def test_vector_writer_is_a_context_manager() -> None:
+    from fastreplay import VectorTrajectoryWriter
+
+    table = Table("v", sel.Fifo(), sel.Fifo(), 10, rl.MinSize(1))
+    with VectorTrajectoryWriter(table, num_envs=2, num_keep_alive_refs=1) as w:
+        w.append({"x": np.arange(2, dtype=np.int64)})
+        for e in range(2):
+            w[e].create_item("v", 1.0, {"x": w[e].history["x"][-1]})
+    assert len(table) == 2  # flushed on leaving the block
