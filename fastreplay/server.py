@@ -49,6 +49,11 @@ def lookup(port: int) -> Server | None:
 class Server:
     """Tables served in this process.
 
+    ``stop()`` (or leaving a ``with Server(...)`` block) closes the tables
+    and the port; so does dropping the last reference to the server (a
+    ``Client`` of this process made for it, e.g. ``localhost_client()``,
+    keeps it alive).
+
     Parameters
     ----------
     tables : iterable of Table

@@ -59,7 +59,7 @@ class Outbox:
         self._waiting = 0  # flush calls waiting for a pass
         # The thread holds the outbox weakly between passes, so a client
         # and writers nobody references any more are collected (their
-        # backend's __del__ closes the outbox) and the thread ends.
+        # backend's finalizer closes the outbox) and the thread ends.
         self._thread = threading.Thread(
             target=_run_passes, args=(weakref.ref(self), self._stop), daemon=True,
             name="fastreplay-outbox")

@@ -117,7 +117,7 @@ class Flusher:
     def __init__(self, ship: Callable[[Any], None]) -> None:
         # ship(conn): send conn.ops; called with conn.lock held.  A method
         # is held weakly: the thread must not keep its backend alive (the
-        # backend's __del__ closes this flusher).
+        # backend's finalizer closes this flusher).
         self._ship: Callable[[], Callable[[Any], None] | None] = (
             weakref.WeakMethod(ship) if isinstance(ship, types.MethodType)
             else lambda: ship)
