@@ -15,18 +15,22 @@ stable keys:
   ``compression_ratio`` (servers and clients only).
 
 ``Meter`` adds per-second rates (``table/<name>/inserts_per_s`` ...)
-between two polls.  Nothing here starts a thread: the caller polls.
+between two polls.  Nothing here starts a thread unless asked:
+``Meter.every(seconds, callback)`` calls ``callback(metrics)`` from one
+background thread until it is closed (or garbage-collected).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fastreplay.reverb_types import TableInfo
 
-__all__ = ["RATE_COUNTERS", "Meter", "chunk_store_metrics", "table_metrics"]
+__all__ = ["RATE_COUNTERS", "Meter", "Reporter", "chunk_store_metrics", "table_metrics"]
 
 #: Counters ``Meter`` turns into ``<key>_per_s`` rates.
 RATE_COUNTERS = ("inserts", "samples", "updates", "deletes", "evictions")
@@ -122,3 +126,64 @@ class Meter:
                 out[key + "_per_s"] = delta / dt if dt > 0 else 0.0
         self._last, self._at = now_values, now
         return out
+
+    def every(self, seconds: float, callback: Callable[[dict[str, float]], Any]
+              ) -> Reporter:
+        """Call ``callback(self.poll())`` every ``seconds`` from a background
+        thread until the returned ``Reporter`` is closed (``with`` block,
+        ``close()``, or garbage collection)::
+
+            with Meter(client).every(10.0, lambda m: wandb.log(m)):
+                train()
+
+        An exception of the callback stops the reporting; ``close()``
+        raises it.  Leave the meter's ``poll`` to that thread meanwhile."""
+        if not seconds > 0:
+            raise ValueError(f"seconds must be > 0, got {seconds!r}")
+        return Reporter(self, seconds, callback)
+
+
+class _ReporterState:
+    """What the reporting thread holds (never the ``Reporter``)."""
+
+    def __init__(self, meter: Meter, seconds: float,
+                 callback: Callable[[dict[str, float]], Any]) -> None:
+        self.meter, self.seconds, self.callback = meter, seconds, callback
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stop.wait(self.seconds):
+            try:
+                self.callback(self.meter.poll())
+            except BaseException as exc:  # noqa: BLE001 - raised by close()
+                self.error = exc
+                return
+
+
+class Reporter:
+    """A running ``Meter.every``: one daemon thread calling the callback."""
+
+    def __init__(self, meter: Meter, seconds: float,
+                 callback: Callable[[dict[str, float]], Any]) -> None:
+        self._state = _ReporterState(meter, seconds, callback)
+        self._thread = threading.Thread(target=self._state.run, daemon=True,
+                                        name="fastreplay-metrics")
+        self._finalizer = weakref.finalize(self, self._state.stop.set)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop reporting (idempotent); raise the callback's error, if any."""
+        self._finalizer.detach()
+        self._state.stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+        error, self._state.error = self._state.error, None
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

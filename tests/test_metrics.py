@@ -4,6 +4,7 @@ network; Meter adds rates; the demo's summary comes from them."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -124,3 +125,47 @@ def test_demo_summary_comes_from_the_metrics(server: Server) -> None:
     assert s["table_size"] == 40 and s["evictions"] == 10
     assert s["compression_ratio"] == 4.0 and s["stored_bytes"] == 1000
     assert s["insert_stall_s"] == 1.5 and s["sample_stalls"] == 7
+
+
+def test_every_reports_from_a_thread_until_closed(server: Server) -> None:
+    got: list[dict[str, float]] = []
+    twice = threading.Event()
+
+    def log(m: dict[str, float]) -> None:
+        got.append(m)
+        if len(got) >= 2:
+            twice.set()
+
+    with Meter(server).every(0.01, log):
+        assert twice.wait(10.0)
+    count = len(got)
+    assert not any(t.name == "fastreplay-metrics" for t in threading.enumerate())
+    assert len(got) == count and "table/a/inserts_per_s" in got[0]
+
+
+def test_every_raises_the_callbacks_error_on_close(server: Server) -> None:
+    def bad(m: dict[str, float]) -> None:
+        raise KeyError("logger broke")
+
+    reporter = Meter(server).every(0.01, bad)
+    deadline = 100
+    while reporter._state.error is None and deadline:  # bounded: 100 x 0.05 s
+        deadline -= 1
+        reporter._thread.join(0.05)
+    with pytest.raises(KeyError, match="logger broke"):
+        reporter.close()
+    reporter.close()  # once
+
+
+def test_a_dropped_reporter_stops_its_thread(server: Server) -> None:
+    import gc
+
+    reporter = Meter(server).every(0.01, lambda m: None)
+    thread = reporter._thread
+    del reporter
+    gc.collect()
+    thread.join(10.0)
+    assert not thread.is_alive()
+    with pytest.raises(ValueError, match="seconds"):
+        Meter(server).every(0, print)
+
