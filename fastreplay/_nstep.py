@@ -1,0 +1,238 @@
+"""n-step returns for ``ReplayBuffer(n_step=..., gamma=...)`` (cpprb's ``Nstep``).
+
+``NStepAccumulator`` takes one stream of consecutive steps (one at a time or
+a batch at once) and returns the n-step transitions that are finished, as
+batch arrays ready for ``ReplayBuffer.add_batch``.  Transition ``t`` covers
+the steps ``t .. e`` where ``e`` is the first of ``t + n - 1``, the first
+step whose ``done`` is set, and the last step before ``flush`` (the episode
+end); then
+
+- each reward field is ``r[t] + g r[t+1] + ... + g^(e-t) r[e]``,
+- each ``next`` field (``next_obs``) and ``done`` are those of step ``e``,
+- every other field (``obs``, ``act``, ...) is that of step ``t``.
+
+A transition is finished when it spans ``n`` steps or reaches a ``done``;
+``flush`` (``on_episode_end``) finishes the rest with shorter windows.  At
+most ``n - 1`` steps wait between calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["NStepAccumulator", "nstep_from_args"]
+
+#: The result of add / flush: (fields -> [k, ...] arrays, priorities [k] with
+#: NaN where the caller's default applies, or None when none were given).
+Ready = tuple[dict[str, np.ndarray], "npt.NDArray[np.float64] | None"]
+
+
+def _names(value: Any, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"{what} must be a field name or a sequence of names, got {value!r}")
+
+
+def nstep_from_args(n_step: int | None, gamma: float,
+                    Nstep: Mapping[str, Any] | None) -> NStepAccumulator | None:
+    """The accumulator for ``ReplayBuffer``'s ``n_step``/``gamma`` or cpprb's
+    ``Nstep`` dict, or None for one-step transitions (nothing to do)."""
+    if Nstep is not None:
+        if n_step is not None:
+            raise ValueError("give either n_step= (with gamma=) or cpprb's Nstep=, "
+                             "not both")
+        if not isinstance(Nstep, Mapping) or "size" not in Nstep:
+            raise ValueError("Nstep must be a dict with at least 'size', e.g. "
+                             "Nstep={'size': 3, 'gamma': 0.99, 'rew': 'rew', "
+                             "'next': 'next_obs'}")
+        unknown = sorted(set(Nstep) - {"size", "gamma", "rew", "next", "done"})
+        if unknown:
+            raise ValueError(f"Nstep has unknown keys {unknown}; known: size, gamma, "
+                             "rew, next, done")
+        # cpprb's dict: fields it does not name are neither summed nor shifted.
+        acc = NStepAccumulator(Nstep["size"], Nstep.get("gamma", 0.99),
+                               rew=_names(Nstep.get("rew"), "Nstep['rew']") or (),
+                               next=_names(Nstep.get("next"), "Nstep['next']") or (),
+                               done=Nstep.get("done", "done"))
+    elif n_step is not None:
+        acc = NStepAccumulator(n_step, gamma)
+    else:
+        return None
+    return acc if acc.size > 1 else None
+
+
+class NStepAccumulator:
+    """Turns consecutive steps into n-step transitions (see the module doc).
+
+    Parameters
+    ----------
+    size : int
+        ``n``, the most steps one transition spans (>= 1).
+    gamma : float
+        Discount applied per step to the summed rewards (finite, >= 0).
+    rew : sequence of str, optional
+        Fields to sum; default: ``rew`` or ``reward`` (whichever the steps
+        have).
+    next : sequence of str, optional
+        Fields taken from the window's last step; default: every field whose
+        name starts with ``next_``.
+    done : str
+        The field that ends an episode (steps without it never end one; call
+        ``flush`` at the episode end then).
+    """
+
+    def __init__(self, size: int, gamma: float, *, rew: Sequence[str] | None = None,
+                 next: Sequence[str] | None = None, done: str = "done") -> None:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"n_step ({size!r}) must be an integer >= 1")
+        gamma = float(gamma)
+        if not (math.isfinite(gamma) and gamma >= 0):
+            raise ValueError(f"gamma ({gamma}) must be finite and >= 0")
+        self.size = int(size)
+        self.gamma = gamma
+        self._rew_arg = None if rew is None else tuple(rew)
+        self._next_arg = None if next is None else tuple(next)
+        self.done = str(done)
+        self._fields: list[str] | None = None  # fixed by the first add
+        self._rew: tuple[str, ...] = ()
+        self._next: tuple[str, ...] = ()
+        self._pending: dict[str, np.ndarray] = {}
+        self._prios: npt.NDArray[np.float64] = np.empty(0)
+
+    def __len__(self) -> int:
+        """Steps waiting for their window to fill."""
+        return len(self._prios)
+
+    def _resolve(self, names: list[str]) -> None:
+        if self._rew_arg is None:
+            rew = tuple(n for n in ("rew", "reward") if n in names)
+            if not rew:
+                raise ValueError(
+                    f"n_step needs a reward field to sum: the transitions have "
+                    f"{names}; name it 'rew' or 'reward', or say which with "
+                    "Nstep={'size': n, 'rew': '<field>', 'next': '<next field>'}")
+        else:
+            rew = self._rew_arg
+        nxt = (tuple(n for n in names if n.startswith("next_"))
+               if self._next_arg is None else self._next_arg)
+        for what, group in (("rew", rew), ("next", nxt)):
+            missing = [n for n in group if n not in names]
+            if missing:
+                raise ValueError(f"n-step {what} fields {missing} are not among the "
+                                 f"transitions' fields {names}")
+        overlap = sorted(set(rew) & (set(nxt) | {self.done}))
+        if overlap:
+            raise ValueError(f"fields {overlap} cannot be both summed and shifted")
+        self._rew, self._next = rew, nxt
+
+    def _check(self, steps: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+        names = sorted(steps)
+        if not names:
+            raise ValueError("add needs at least one field")
+        if self._fields is None:
+            self._resolve(names)
+        elif names != self._fields:
+            missing = sorted(set(self._fields) - set(names))
+            extra = sorted(set(names) - set(self._fields))
+            raise ValueError(f"n-step transitions need the same fields every call: "
+                             f"missing {missing}, unexpected {extra} (fields: "
+                             f"{self._fields})")
+        arrays = {k: np.asarray(steps[k]) for k in names}
+        for k, v in arrays.items():
+            if v.ndim == 0:
+                raise ValueError(f"field {k!r}: add_batch needs a leading batch axis "
+                                 "(got a scalar)")
+        rows = {k: len(v) for k, v in arrays.items()}
+        if len(set(rows.values())) > 1:
+            raise ValueError(f"fields have different numbers of rows {rows}: every "
+                             "field needs one row per step")
+        return arrays, rows[names[0]]
+
+    def add(self, steps: Mapping[str, Any],
+            priorities: npt.ArrayLike | None = None) -> Ready | None:
+        """Take ``N`` consecutive steps (each field ``[N, ...]``); return the
+        transitions this finishes, or None when none is finished."""
+        arrays, n = self._check(steps)
+        prios = (np.full(n, np.nan) if priorities is None else
+                 np.asarray(priorities, dtype=np.float64).reshape(-1))
+        if len(prios) != n:
+            raise ValueError(f"{len(prios)} priorities for {n} steps")
+        if self._fields is None:
+            self._fields = sorted(arrays)
+            data, allp = arrays, prios
+        else:
+            try:
+                data = {k: np.concatenate([self._pending[k], v]) for k, v in arrays.items()}
+            except ValueError as exc:
+                bad = next(k for k, v in arrays.items()
+                           if v.shape[1:] != self._pending[k].shape[1:])
+                raise ValueError(
+                    f"field {bad!r}: rows of shape {arrays[bad].shape[1:]} differ "
+                    f"from the earlier steps' {self._pending[bad].shape[1:]}") from exc
+            allp = np.concatenate([self._prios, prios])
+        return self._emit(data, allp, final=False)
+
+    def flush(self) -> Ready | None:
+        """End the episode: return every waiting step's transition (windows
+        cut at the last step); None when nothing waits."""
+        if not len(self._prios):
+            return None
+        return self._emit(self._pending, self._prios, final=True)
+
+    def clear(self) -> None:
+        """Drop the waiting steps."""
+        if self._fields is not None:
+            self._pending = {k: v[:0] for k, v in self._pending.items()}
+        self._prios = self._prios[:0]
+
+    def _emit(self, data: dict[str, np.ndarray], prios: npt.NDArray[np.float64],
+              final: bool) -> Ready | None:
+        total = len(prios)
+        done = (np.asarray(data[self.done]).reshape(total, -1).any(axis=1)
+                if self.done in data else np.zeros(total, dtype=bool))
+        # last[t]: the window's last step; it grows while the previous step
+        # was not done and the stream (and n) allow.
+        t = np.arange(total)
+        last = t.copy()
+        going = np.ones(total, dtype=bool)
+        sums = {k: data[k].astype(np.float64) for k in self._rew}
+        for m in range(1, self.size):
+            going &= (t + m < total)
+            going[going] &= ~done[(t + m - 1)[going]]
+            if not going.any():
+                break
+            idx = (t + m)[going]
+            last[going] = idx
+            scale = self.gamma ** m
+            for k, acc in sums.items():
+                acc[going] += scale * data[k][idx]
+        ready = total if final else int(np.argmin(
+            np.append((last - t == self.size - 1) | done[last], False)))
+        if not final:  # the rest waits for more steps
+            self._pending = {k: v[ready:].copy() for k, v in data.items()}
+            self._prios = prios[ready:].copy()
+        else:
+            self.clear()
+        if ready == 0:
+            return None
+        out: dict[str, np.ndarray] = {}
+        lastr = last[:ready]
+        for k, v in data.items():
+            if k in sums:
+                dtype = v.dtype if v.dtype.kind == "f" else np.dtype(np.float32)
+                out[k] = sums[k][:ready].astype(dtype)
+            elif k in self._next or k == self.done:
+                out[k] = v[lastr]
+            else:
+                out[k] = v[:ready]
+        p = prios[:ready]
+        return out, (None if np.isnan(p).all() else p)
