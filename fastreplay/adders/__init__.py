@@ -31,7 +31,7 @@ from fastreplay.adders.base import (
     truncation,
 )
 from fastreplay.adders.sequence import EndBehavior, SequenceAdder, episode_masks
-from fastreplay.adders.transition import NStepTransitionAdder, n_step_return
+from fastreplay.adders.n_step import NStepTransitionAdder, n_step_return
 
 __all__ = [
     "DEFAULT_PRIORITY_TABLE",
