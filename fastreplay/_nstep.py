@@ -39,7 +39,8 @@ def _names(value: Any, what: str) -> tuple[str, ...] | None:
         return (value,)
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise TypeError(f"{what} must be a field name or a sequence of names, got {value!r}")
+    raise TypeError(f"{what} must be a field name or a sequence of names, "
+                    f"got {value!r}")
 
 
 def nstep_from_args(n_step: int | None, gamma: float,
@@ -92,7 +93,8 @@ class NStepAccumulator:
 
     def __init__(self, size: int, gamma: float, *, rew: Sequence[str] | None = None,
                  next: Sequence[str] | None = None, done: str = "done") -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        if (isinstance(size, bool) or not isinstance(size, (int, np.integer))
+                or size < 1):
             raise ValueError(f"n_step ({size!r}) must be an integer >= 1")
         gamma = float(gamma)
         if not (math.isfinite(gamma) and gamma >= 0):
@@ -113,6 +115,7 @@ class NStepAccumulator:
         return len(self._prios)
 
     def _resolve(self, names: list[str]) -> None:
+        rew: tuple[str, ...]
         if self._rew_arg is None:
             rew = tuple(n for n in ("rew", "reward") if n in names)
             if not rew:
@@ -171,7 +174,8 @@ class NStepAccumulator:
             data, allp = arrays, prios
         else:
             try:
-                data = {k: np.concatenate([self._pending[k], v]) for k, v in arrays.items()}
+                data = {k: np.concatenate([self._pending[k], v])
+                        for k, v in arrays.items()}
             except ValueError as exc:
                 bad = next(k for k, v in arrays.items()
                            if v.shape[1:] != self._pending[k].shape[1:])
@@ -197,8 +201,10 @@ class NStepAccumulator:
     def _emit(self, data: dict[str, np.ndarray], prios: npt.NDArray[np.float64],
               final: bool) -> Ready | None:
         total = len(prios)
-        done = (np.asarray(data[self.done]).reshape(total, -1).any(axis=1)
-                if self.done in data else np.zeros(total, dtype=bool))
+        done: npt.NDArray[np.bool_] = np.zeros(total, dtype=bool)
+        if self.done in data:
+            done = np.asarray(data[self.done]).reshape(total, -1).astype(bool)
+            done = np.asarray(done.any(axis=1), dtype=bool)
         # last[t]: the window's last step; it grows while the previous step
         # was not done and the stream (and n) allow.
         t = np.arange(total)

@@ -144,8 +144,9 @@ class ReplayBuffer:
         transitions ``priority`` or else the largest priority seen so far.
         """
         if self._nstep is not None:  # one step of the n-step stream
-            self.add_batch(priorities=None if priority is None else [priority],
-                           **{k: np.asarray(v)[None] for k, v in transition.items()})
+            step: dict[str, Any] = {k: np.asarray(v)[None]
+                                    for k, v in transition.items()}
+            self.add_batch(priorities=None if priority is None else [priority], **step)
             return
         plan, names = self._plan, self._fields
         values = None

@@ -36,7 +36,8 @@ def _drain(client: fr.Client, table: str = TABLE) -> list[Any]:
     return items
 
 
-def _episode(first: Any, steps: list[tuple[Any, ...]], adder: adders.ReverbAdder) -> None:
+def _episode(first: Any, steps: list[tuple[Any, ...]],
+             adder: adders.ReverbAdder) -> None:
     adder.add_first(adders.restart(first))
     for step in steps:
         adder.add(*step)

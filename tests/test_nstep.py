@@ -198,7 +198,8 @@ def _all(rb: ReplayBuffer) -> dict[int, dict[str, Any]]:
     for _ in range(50):
         s = rb.sample(64)
         for i, o in enumerate(s["obs"]):
-            seen[int(o)] = {k: s[k][i] for k in ("obs", "act", "rew", "next_obs", "done")}
+            seen[int(o)] = {k: s[k][i]
+                            for k in ("obs", "act", "rew", "next_obs", "done")}
         if len(seen) == len(rb):
             break
     return seen

@@ -30,8 +30,8 @@ from fastreplay.adders.base import (
     transition,
     truncation,
 )
-from fastreplay.adders.sequence import EndBehavior, SequenceAdder, episode_masks
 from fastreplay.adders.n_step import NStepTransitionAdder, n_step_return
+from fastreplay.adders.sequence import EndBehavior, SequenceAdder, episode_masks
 
 __all__ = [
     "DEFAULT_PRIORITY_TABLE",

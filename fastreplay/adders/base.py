@@ -194,9 +194,10 @@ class ReverbAdder(abc.ABC):
     def add_first(self, timestep: Any) -> None:
         """Start an episode with its first timestep (``step_type`` FIRST)."""
         if not _is_first(timestep):
-            raise ValueError("adder.add_first needs the first timestep of an episode "
-                             f"(step_type FIRST), got step_type {timestep.step_type!r}; "
-                             "call add() for the following timesteps")
+            raise ValueError("adder.add_first needs the first timestep of an "
+                             "episode (step_type FIRST), got step_type "
+                             f"{timestep.step_type!r}; call add() for the "
+                             "following timesteps")
         self._first(timestep)
         self._add_first_called = True
 
