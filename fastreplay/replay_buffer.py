@@ -144,9 +144,7 @@ class ReplayBuffer:
         transitions ``priority`` or else the largest priority seen so far.
         """
         if self._nstep is not None:  # one step of the n-step stream
-            step: dict[str, Any] = {k: np.asarray(v)[None]
-                                    for k, v in transition.items()}
-            self.add_batch(priorities=None if priority is None else [priority], **step)
+            self._add_nstep(self._nstep.add_one(transition, priority))
             return
         plan, names = self._plan, self._fields
         values = None
@@ -268,14 +266,18 @@ class ReplayBuffer:
         last transitions (their windows cut at the end); otherwise there is
         nothing to do (episode starts are found by comparing values)."""
         if self._nstep is not None:
-            ready = self._nstep.flush()
-            if ready is not None:
-                transitions, priorities = self._nstep_ready(ready)
-                nstep, self._nstep = self._nstep, None  # insert as they are
-                try:
-                    self.add_batch(priorities=priorities, **transitions)
-                finally:
-                    self._nstep = nstep
+            self._add_nstep(self._nstep.flush())
+
+    def _add_nstep(self, ready: Any) -> None:
+        """Insert finished n-step transitions (if any) as they are."""
+        if ready is None:
+            return
+        transitions, priorities = self._nstep_ready(ready)
+        nstep, self._nstep = self._nstep, None  # n-step buffers take one stream
+        try:
+            self.add_batch(priorities=priorities, **transitions)
+        finally:
+            self._nstep = nstep
 
     def _nstep_ready(self, ready: Any) -> tuple[dict[str, Any], Any]:
         """n-step transitions and priorities (the default where none was

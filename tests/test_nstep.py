@@ -140,6 +140,10 @@ def test_errors_name_the_field() -> None:
         acc.add({k: v for k, v in _stack(_episode(1, 1)).items() if k != "act"})
     with pytest.raises(ValueError, match="field 'obs'"):
         acc.add({**_stack(_episode(1, 1)), "obs": np.zeros((1, 3))})
+    with pytest.raises(ValueError, match="field 'obs'"):
+        acc.add_one({**_episode(1, 1)[0], "obs": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"missing \['act'\]"):
+        acc.add_one({k: v for k, v in _episode(1, 1)[0].items() if k != "act"})
     with pytest.raises(ValueError, match="'act': 2, 'done': 1"):
         acc.add({**_stack(_episode(1, 1)), "act": np.zeros(2)})
     assert len(acc) == 1  # nothing taken from the failed calls
@@ -184,7 +188,10 @@ def test_accumulator_matches_oracle(case: Any) -> None:
         i = 0
         while i < len(seg):  # the segment in batches of the drawn sizes
             k = next(cut)
-            got.append(acc.add(_stack(seg[i:i + k])))
+            if k == 1:  # add_one and add share the waiting steps
+                got.append(acc.add_one(seg[i]))
+            else:
+                got.append(acc.add(_stack(seg[i:i + k])))
             i += k
         got.append(acc.flush())
     _assert_rows(_rows(got), _oracle(segments, n, gamma))
@@ -248,3 +255,23 @@ def test_n_step_one_is_the_plain_buffer() -> None:
     rb = ReplayBuffer(8, n_step=1)
     rb.add(obs=0, rew=1.0, next_obs=1, done=0.0)
     assert len(rb) == 1 and rb._nstep is None
+
+
+def test_n_step_with_next_of() -> None:
+    """n-step rows go through the frame streams of next_of unchanged."""
+    rb = ReplayBuffer(100, seed=0, n_step=3, gamma=0.5, next_of="obs")
+    for ep in range(3):
+        for t in range(5):
+            rb.add(obs=np.full(4, 10 * ep + t, np.float32), act=t, rew=1.0,
+                   next_obs=np.full(4, 10 * ep + t + 1, np.float32),
+                   done=float(t == 4))
+        rb.on_episode_end()
+    assert len(rb) == 15
+    s = rb.sample(64)
+    for o, nxt, r, d in zip(s["obs"][:, 0], s["next_obs"][:, 0], s["rew"], s["done"],
+                            strict=True):
+        t = int(o) % 10
+        e = min(t + 2, 4)
+        assert nxt == int(o) - t + e + 1
+        assert r == pytest.approx(sum(0.5 ** m for m in range(e - t + 1)))
+        assert d == float(e == 4)

@@ -145,6 +145,11 @@ class SequenceAdder(ReverbAdder):
             short = length - steps
             if short < 0:
                 short %= period
+            if short >= length:
+                # period > sequence_length: the next sequence would start
+                # past the episode and hold none of its steps (Acme writes
+                # an all-zero or empty item there)
+                return
             if end is EndBehavior.TRUNCATE:
                 self._maybe_write(length - short, at_end=True, force=True)
             else:  # ZERO_PAD
