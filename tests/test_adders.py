@@ -406,3 +406,56 @@ def test_sequences_sample_as_batches_with_masks() -> None:
         assert same[b, :k].all() and not same[b, k:].any()
     with pytest.raises(ValueError, match=r"\[B, T\]"):
         adders.episode_masks(np.zeros(3, bool))
+
+
+EnvSpec = namedtuple("EnvSpec", ["observations", "actions", "rewards", "discounts"])
+
+
+def _typed_episode(adder: adders.ReverbAdder, steps: int) -> None:
+    f32 = np.float32
+    adder.add_first(adders.restart({"x": np.zeros(3, f32)}))
+    for t in range(steps):
+        ts = adders.TimeStep(adders.StepType.LAST if t == steps - 1
+                             else adders.StepType.MID, f32(t), f32(1.0),
+                             {"x": np.full(3, t + 1, f32)})
+        adder.add(np.int64(t), ts, extras=np.ones(2, f32))
+
+
+@pytest.mark.parametrize("kind", ["n_step", "sequence"])
+def test_signature(kind: str) -> None:
+    f32 = np.float32
+    spec = EnvSpec({"x": np.zeros(3, f32)}, np.zeros((), np.int64),
+                   np.zeros((), f32), np.zeros((), f32))
+    extras = np.zeros(2, f32)
+    if kind == "n_step":
+        sig: Any = adders.NStepTransitionAdder.signature(spec, extras)
+        assert sig.next_observation["x"].shape == (3,)
+        assert sig.next_observation["x"].name == "next_observation/x"
+    else:
+        sig = adders.SequenceAdder.signature(spec, extras, sequence_length=3)
+        assert sig.start_of_episode.shape == (3,)
+        assert sig.start_of_episode.dtype == np.dtype(bool)
+        assert sig.observation["x"].shape == (3, 3)
+    table = fr.Table(TABLE, fr.selectors.Fifo(), fr.selectors.Fifo(), 100,
+                     fr.rate_limiters.MinSize(1), signature=sig)
+    with fr.Server([table]) as server:
+        client = server.localhost_client()
+        adder = (adders.NStepTransitionAdder(client, 2, 0.9) if kind == "n_step"
+                 else adders.SequenceAdder(client, 3, 1))
+        _typed_episode(adder, 4)
+        assert client.server_info()[TABLE].current_size > 0
+        wrong = (adders.NStepTransitionAdder(client, 2, 0.9) if kind == "n_step"
+                 else adders.SequenceAdder(client, 3, 1))
+        wrong.add_first(adders.restart({"x": np.zeros(3, f32)}))
+        with pytest.raises(ValueError, match="signature"):
+            for _ in range(3):  # float64 rewards do not fit the float32 spec
+                wrong.add(np.int64(0), tr(1.0, {"x": np.zeros(3, f32)}),
+                          extras=np.ones(2, f32))
+
+
+def test_n_step_signature_broadcasts_reward() -> None:
+    spec = EnvSpec(np.zeros(2), np.zeros(()), np.zeros((1, 2), np.float32),
+                   {"a": np.zeros((2, 1), np.float64)})
+    sig = adders.NStepTransitionAdder.signature(spec)
+    assert sig.reward["a"].shape == (2, 2) and sig.reward["a"].dtype == np.float64
+    assert sig.discount["a"].shape == (2, 1)

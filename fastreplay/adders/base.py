@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fastreplay import _nest
+from fastreplay._structured_config import TensorSpec
 
 __all__ = [
     "DEFAULT_PRIORITY_TABLE",
@@ -136,6 +137,17 @@ def _has_extras(extras: Any) -> bool:
     return True
 
 
+def spec_nest(nest: Any, prefix: str, time: tuple[int | None, ...] = ()) -> Any:
+    """``TensorSpec`` leaves (named by their path under ``prefix``, with
+    leading ``time`` dimensions) for a nest of objects with ``shape`` and
+    ``dtype`` (dm_env / Acme specs, numpy arrays)."""
+    def leaf(path: tuple[Any, ...], x: Any) -> TensorSpec:
+        name = "/".join([prefix, *map(str, path)])
+        return TensorSpec((*time, *tuple(x.shape)), np.dtype(x.dtype), name)
+
+    return _nest.map_structure_with_path(leaf, nest)
+
+
 def zeros_like(nest: Any) -> Any:
     """The nest with every leaf replaced by zeros of its dtype and shape."""
     return _nest.map_structure(lambda x: np.zeros_like(np.asarray(x)), nest)
@@ -231,6 +243,17 @@ class ReverbAdder(abc.ABC):
             finally:
                 self._writer_.close()
                 self._writer_ = None
+
+    def __del__(self) -> None:
+        # Items still pending go to their tables (bounded: 10 s), as Acme's
+        # adders do when they are deleted.
+        writer = getattr(self, "_writer_", None)
+        if writer is not None:
+            try:
+                writer.flush(0, timeout_ms=10_000)
+                writer.close()
+            except Exception:  # noqa: BLE001 - nothing to report to in __del__
+                pass
 
     def __enter__(self) -> ReverbAdder:
         return self

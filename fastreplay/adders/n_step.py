@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from fastreplay import _nest
-from fastreplay.adders.base import PriorityFn, ReverbAdder, Transition, zeros_like
+from fastreplay.adders.base import (
+    PriorityFn,
+    ReverbAdder,
+    Transition,
+    spec_nest,
+    zeros_like,
+)
 
 __all__ = ["NStepTransitionAdder", "n_step_return"]
 
@@ -102,6 +108,35 @@ class NStepTransitionAdder(ReverbAdder):
         self._extras = False
         super().__init__(client, self.n_step + 1, max_in_flight_items,
                          priority_fns, validate_items)
+
+    @classmethod
+    def signature(cls, environment_spec: Any, extras_spec: Any = ()) -> Transition:
+        """The table signature of this adder's items (a ``Transition`` of
+        ``TensorSpec``) for an environment spec with ``observations``,
+        ``actions``, ``rewards`` and ``discounts`` (nests of objects with
+        ``shape`` and ``dtype``: dm_env / Acme specs, numpy arrays).  The
+        reward's shape and dtype are those of reward and discount together.
+        """
+        rewards, discounts = environment_spec.rewards, environment_spec.discounts
+        rl, dl, structure = _pair(rewards, discounts)
+        both = [np.broadcast(np.zeros(r.shape), np.zeros(d.shape)).shape
+                for r, d in zip(rl, dl, strict=True)]
+        rew = [np.zeros(s, np.result_type(r.dtype, d.dtype))
+               for s, r, d in zip(both, rl, dl, strict=True)]
+        disc = [np.zeros(d.shape, d.dtype) for d in dl]
+        if structure is not None:
+            rew_nest = _nest.unflatten_as(structure, rew)
+            disc_nest = _nest.unflatten_as(structure, disc)
+        else:
+            rew_nest, disc_nest = rew[0], disc[0]
+        obs = environment_spec.observations
+        return Transition(
+            observation=spec_nest(obs, "observation"),
+            action=spec_nest(environment_spec.actions, "action"),
+            reward=spec_nest(rew_nest, "reward"),
+            discount=spec_nest(disc_nest, "discount"),
+            next_observation=spec_nest(obs, "next_observation"),
+            extras=spec_nest(extras_spec, "extras"))
 
     def reset(self, timeout_ms: int | None = None) -> None:
         super().reset(timeout_ms)

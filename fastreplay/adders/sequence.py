@@ -11,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fastreplay import _nest
-from fastreplay.adders.base import PriorityFn, ReverbAdder, Step, zeros_like
+from fastreplay._structured_config import TensorSpec
+from fastreplay.adders.base import PriorityFn, ReverbAdder, Step, spec_nest, zeros_like
 
 __all__ = ["EndBehavior", "SequenceAdder", "episode_masks"]
 
@@ -100,6 +101,22 @@ class SequenceAdder(ReverbAdder):
         # one more row than a sequence: the open row of the next observation
         super().__init__(client, self._sequence_length + 1, max_in_flight_items,
                          priority_fns, validate_items)
+
+    @classmethod
+    def signature(cls, environment_spec: Any, extras_spec: Any = (),
+                  sequence_length: int | None = None) -> Step:
+        """The table signature of this adder's items: a ``Step`` of
+        ``TensorSpec`` with a leading time dimension (``sequence_length``;
+        None when items may be shorter, as with TRUNCATE).  See
+        ``NStepTransitionAdder.signature`` for ``environment_spec``."""
+        t = (sequence_length,)
+        return Step(
+            observation=spec_nest(environment_spec.observations, "observation", t),
+            action=spec_nest(environment_spec.actions, "action", t),
+            reward=spec_nest(environment_spec.rewards, "reward", t),
+            discount=spec_nest(environment_spec.discounts, "discount", t),
+            start_of_episode=TensorSpec(t, np.dtype(bool), "start_of_episode"),
+            extras=spec_nest(extras_spec, "extras", t))
 
     @property
     def end_of_episode_behavior(self) -> EndBehavior:
