@@ -378,6 +378,8 @@ def test_legacy_flags() -> None:
         mk(None, 3, 1, end_of_episode_behavior="zero")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="period"):
         mk(None, 3, 0)
+    # Acme's callers may pass these; they change nothing here
+    assert mk(None, 3, 1, delta_encoded=True, chunk_length=4)._sequence_length == 3
 
 
 def test_sequences_sample_as_batches_with_masks() -> None:

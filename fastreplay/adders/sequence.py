@@ -79,6 +79,9 @@ class SequenceAdder(ReverbAdder):
         CONTINUE.
     priority_fns, max_in_flight_items, validate_items
         See ``ReverbAdder``.
+    delta_encoded, chunk_length
+        Accepted for Acme's callers and ignored (fastreplay's chunks are
+        LZ4-compressed and sized by the writer's chunker).
     """
 
     def __init__(self, client: Any, sequence_length: int, period: int, *,
@@ -87,7 +90,9 @@ class SequenceAdder(ReverbAdder):
                  end_of_episode_behavior: EndBehavior | None = None,
                  pad_end_of_episode: bool | None = None,
                  break_end_of_episode: bool | None = None,
-                 validate_items: bool = True) -> None:
+                 validate_items: bool = True, delta_encoded: bool = False,
+                 chunk_length: int | None = None) -> None:
+        del delta_encoded, chunk_length  # see the docstring
         for name, value in (("sequence_length", sequence_length), ("period", period)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                     or value < 1:
