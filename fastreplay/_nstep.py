@@ -9,7 +9,10 @@ end); then
 
 - each reward field is ``r[t] + g r[t+1] + ... + g^(e-t) r[e]``,
 - each ``next`` field (``next_obs``) and ``done`` are those of step ``e``,
-- every other field (``obs``, ``act``, ...) is that of step ``t``.
+- every other field (``obs``, ``act``, ...) is that of step ``t``,
+- an optional ``discount`` field (named by ``Nstep["discount"]``) is
+  ``g^(e-t+1)``, or 0 when step ``e`` is done: the factor of the bootstrap
+  value, right also for windows cut short by the episode's end.
 
 A transition is finished when it spans ``n`` steps or reaches a ``done``;
 ``flush`` (``on_episode_end``) finishes the rest with shorter windows.  At
@@ -55,15 +58,17 @@ def nstep_from_args(n_step: int | None, gamma: float,
             raise ValueError("Nstep must be a dict with at least 'size', e.g. "
                              "Nstep={'size': 3, 'gamma': 0.99, 'rew': 'rew', "
                              "'next': 'next_obs'}")
-        unknown = sorted(set(Nstep) - {"size", "gamma", "rew", "next", "done"})
+        keys = {"size", "gamma", "rew", "next", "done", "discount"}
+        unknown = sorted(set(Nstep) - keys)
         if unknown:
-            raise ValueError(f"Nstep has unknown keys {unknown}; known: size, gamma, "
-                             "rew, next, done")
+            raise ValueError(f"Nstep has unknown keys {unknown}; known: "
+                             f"{', '.join(sorted(keys))}")
         # cpprb's dict: fields it does not name are neither summed nor shifted.
         acc = NStepAccumulator(Nstep["size"], Nstep.get("gamma", 0.99),
                                rew=_names(Nstep.get("rew"), "Nstep['rew']") or (),
                                next=_names(Nstep.get("next"), "Nstep['next']") or (),
-                               done=Nstep.get("done", "done"))
+                               done=Nstep.get("done", "done"),
+                               discount=Nstep.get("discount"))
     elif n_step is not None:
         acc = NStepAccumulator(n_step, gamma)
     else:
@@ -89,10 +94,14 @@ class NStepAccumulator:
     done : str
         The field that ends an episode (steps without it never end one; call
         ``flush`` at the episode end then).
+    discount : str, optional
+        Add a float32 field of this name: ``gamma ** k`` for a window of
+        ``k`` steps, 0 when it ends at a done step.
     """
 
     def __init__(self, size: int, gamma: float, *, rew: Sequence[str] | None = None,
-                 next: Sequence[str] | None = None, done: str = "done") -> None:
+                 next: Sequence[str] | None = None, done: str = "done",
+                 discount: str | None = None) -> None:
         if (isinstance(size, bool) or not isinstance(size, (int, np.integer))
                 or size < 1):
             raise ValueError(f"n_step ({size!r}) must be an integer >= 1")
@@ -104,6 +113,7 @@ class NStepAccumulator:
         self._rew_arg = None if rew is None else tuple(rew)
         self._next_arg = None if next is None else tuple(next)
         self.done = str(done)
+        self.discount = None if discount is None else str(discount)
         self._fields: list[str] | None = None  # fixed by the first add
         self._rew: tuple[str, ...] = ()
         self._next: tuple[str, ...] = ()
@@ -138,6 +148,9 @@ class NStepAccumulator:
         overlap = sorted(set(rew) & (set(nxt) | {self.done}))
         if overlap:
             raise ValueError(f"fields {overlap} cannot be both summed and shifted")
+        if self.discount is not None and self.discount in names:
+            raise ValueError(f"Nstep['discount'] names {self.discount!r}, which the "
+                             "transitions have already: choose another name")
         self._rew, self._next = rew, nxt
 
     def _check(self, steps: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -222,6 +235,9 @@ class NStepAccumulator:
                 tr[k] = row[k]
             if self.done in row:
                 tr[self.done] = row[self.done]
+            if self.discount is not None:
+                tr[self.discount] = np.asarray(
+                    0.0 if done else gamma ** (len(rows) - i), dtype=np.float32)
             out_rows.append(tr)
         p = np.asarray(prios[:starts])
         del rows[:starts], prios[:starts]
@@ -298,5 +314,9 @@ class NStepAccumulator:
                 out[k] = v[lastr]
             else:
                 out[k] = v[:ready]
+        if self.discount is not None:
+            steps = (lastr - t[:ready] + 1).astype(np.float64)
+            out[self.discount] = np.where(done[lastr], 0.0, self.gamma ** steps
+                                          ).astype(np.float32)
         p = prios[:ready]
         return out, (None if np.isnan(p).all() else p)

@@ -72,8 +72,11 @@ class ReplayBuffer:
         The n-step discount (default 0.99).
     Nstep : dict, optional
         cpprb's form, ``{"size": n, "gamma": g, "rew": "rew", "next":
-        "next_obs"}`` (``"done"`` names the done field, default ``"done"``);
-        as in cpprb, fields it does not name are neither summed nor shifted.
+        "next_obs"}`` (``"done"`` names the done field, default ``"done"``;
+        ``"discount": "name"`` adds a float32 field ``gamma ** k``, or 0 at a
+        done, the bootstrap factor of each k-step window, right also for
+        windows an episode's end cut short); as in cpprb, fields it does not
+        name are neither summed nor shifted.
     """
 
     def __init__(self, capacity: int, *, alpha: float | None = None,

@@ -19,7 +19,8 @@ from fastreplay._nstep import NStepAccumulator
 
 def _oracle(segments: list[list[dict[str, Any]]], n: int, gamma: float,
             rew: str = "rew", nexts: tuple[str, ...] = ("next_obs",),
-            done: str = "done") -> list[dict[str, Any]]:
+            done: str = "done", discount: str | None = None
+            ) -> list[dict[str, Any]]:
     """Transition t spans steps t..e: e stops at n steps, a done, or the
     segment's end; rewards summed with gamma, next fields and done of e."""
     out = []
@@ -35,6 +36,8 @@ def _oracle(segments: list[list[dict[str, Any]]], n: int, gamma: float,
                 tr[k] = seg[e][k]
             if done in seg[t]:
                 tr[done] = seg[e][done]
+            if discount is not None:  # the bootstrap factor
+                tr[discount] = 0.0 if seg[e].get(done) else gamma ** (e - t + 1)
             out.append(tr)
     return out
 
@@ -112,6 +115,24 @@ def test_truncated_episode_keeps_real_next_obs() -> None:
     assert [r["done"] for r in rows] == [0, 0, 0, 0]
 
 
+def test_discount_field_for_time_limits() -> None:
+    """Nstep['discount']: gamma^k for a window of k steps, 0 at a done, so
+    the tail of an episode cut by a time limit bootstraps correctly."""
+    rb = ReplayBuffer(100, seed=0, Nstep={"size": 3, "gamma": 0.5, "rew": "rew",
+                                          "next": "next_obs", "discount": "disc"})
+    for ep, terminal in ((0, False), (10, True)):
+        for s in _episode(ep, 4, terminal=terminal):
+            rb.add(**s)
+        rb.on_episode_end()
+    got = _all(rb, ("obs", "disc", "next_obs"))
+    assert {o: float(g["disc"]) for o, g in got.items()} == {
+        0: 0.125, 1: 0.125, 2: 0.25, 3: 0.5, 10: 0.125, 11: 0.0, 12: 0.0, 13: 0.0}
+    assert got[3]["disc"].dtype == np.float32
+    with pytest.raises(ValueError, match="choose another name"):
+        ReplayBuffer(8, Nstep={"size": 2, "rew": "rew", "discount": "obs"}).add(
+            obs=0, rew=1.0, next_obs=1, done=0.0)
+
+
 def test_vector_reward_and_int_reward() -> None:
     acc = NStepAccumulator(2, 0.5)
     out = acc.add({"rew": np.array([[1, 2], [3, 4]]), "next_obs": np.arange(2)})
@@ -181,7 +202,7 @@ def _streams(draw: Any) -> tuple[list[list[dict[str, Any]]], list[int], int, flo
 @given(_streams())
 def test_accumulator_matches_oracle(case: Any) -> None:
     segments, cuts, n, gamma = case
-    acc = NStepAccumulator(n, gamma)
+    acc = NStepAccumulator(n, gamma, discount="disc")
     got = []
     cut = iter(cuts * 100)
     for seg in segments:
@@ -194,19 +215,19 @@ def test_accumulator_matches_oracle(case: Any) -> None:
                 got.append(acc.add(_stack(seg[i:i + k])))
             i += k
         got.append(acc.flush())
-    _assert_rows(_rows(got), _oracle(segments, n, gamma))
+    _assert_rows(_rows(got), _oracle(segments, n, gamma, discount="disc"))
 
 
 # ----- ReplayBuffer(n_step=...) -----
 
-def _all(rb: ReplayBuffer) -> dict[int, dict[str, Any]]:
+def _all(rb: ReplayBuffer, fields: tuple[str, ...] = (
+        "obs", "act", "rew", "next_obs", "done")) -> dict[int, dict[str, Any]]:
     """Every stored transition by obs (sampled often enough, fixed seed)."""
     seen: dict[int, dict[str, Any]] = {}
     for _ in range(50):
         s = rb.sample(64)
         for i, o in enumerate(s["obs"]):
-            seen[int(o)] = {k: s[k][i]
-                            for k in ("obs", "act", "rew", "next_obs", "done")}
+            seen[int(o)] = {k: s[k][i] for k in fields}
         if len(seen) == len(rb):
             break
     return seen
