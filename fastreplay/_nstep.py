@@ -118,6 +118,7 @@ class NStepAccumulator:
         self._rew: tuple[str, ...] = ()
         self._next: tuple[str, ...] = ()
         self._shapes: dict[str, tuple[int, ...]] = {}
+        self._rew_dtypes: dict[str, np.dtype[Any]] = {}
         # the waiting steps (never one whose done is set), each field a
         # copied row, and their priorities (NaN: the buffer's default)
         self._rows: list[dict[str, np.ndarray]] = []
@@ -245,7 +246,7 @@ class NStepAccumulator:
         for k, v in out_rows[0].items():
             col = v[None] if starts == 1 else np.stack([r[k] for r in out_rows])
             if k in self._rew:
-                col = col.astype(self._rew_dtype(row[k].dtype))
+                col = col.astype(self._rew_dtype(k, row[k].dtype))
             out[k] = col
         return out, (None if np.isnan(p).all() else p)
 
@@ -255,10 +256,15 @@ class NStepAccumulator:
                 raise ValueError(f"field {k!r}: rows of shape {shape} differ from "
                                  f"the earlier steps' {self._shapes[k]}")
 
-    @staticmethod
-    def _rew_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-        """Summed rewards keep a float dtype; others become float32."""
-        return dtype if dtype.kind == "f" else np.dtype(np.float32)
+    def _rew_dtype(self, name: str, dtype: np.dtype[Any]) -> np.dtype[Any]:
+        """The dtype of a summed field: the first rows' if float, else
+        float32; later rows keep it (an int reward after float ones, or the
+        reverse, still fits the buffer's column)."""
+        out = self._rew_dtypes.get(name)
+        if out is None:
+            out = dtype if dtype.kind == "f" else np.dtype(np.float32)
+            self._rew_dtypes[name] = out
+        return out
 
     def flush(self) -> Ready | None:
         """End the episode: return every waiting step's transition (windows
@@ -309,7 +315,7 @@ class NStepAccumulator:
         lastr = last[:ready]
         for k, v in data.items():
             if k in sums:
-                out[k] = sums[k][:ready].astype(self._rew_dtype(v.dtype))
+                out[k] = sums[k][:ready].astype(self._rew_dtype(k, v.dtype))
             elif k in self._next or k == self.done:
                 out[k] = v[lastr]
             else:

@@ -144,6 +144,16 @@ def test_vector_reward_and_int_reward() -> None:
     np.testing.assert_allclose(out[0]["rew"], [[3.5, 4.5]])
 
 
+def test_reward_dtype_is_fixed_by_the_first_rows() -> None:
+    """int rewards after float ones (or the reverse) keep one column dtype."""
+    for first, later in ((1, 0.5), (0.5, 1)):
+        rb = ReplayBuffer(16, seed=0, n_step=2, gamma=0.5)
+        for t, r in enumerate([first, first, later, later]):
+            rb.add(obs=t, rew=r, next_obs=t + 1, done=0.0)
+        rb.on_episode_end()
+        assert len(rb) == 4
+
+
 def test_priorities_follow_their_first_step() -> None:
     acc = NStepAccumulator(2, 1.0)
     assert acc.add(_stack(_episode(0, 1, terminal=False)), [5.0]) is None
