@@ -231,6 +231,24 @@ def test_protocol_errors() -> None:
         adders.NStepTransitionAdder(None, 0, 1.0)
 
 
+@pytest.mark.parametrize("kind", ["n_step", "sequence"])
+def test_bad_step_drops_the_episode_only(kind: str) -> None:
+    with _server() as server:
+        client = server.localhost_client()
+        adder: adders.ReverbAdder = (
+            adders.NStepTransitionAdder(client, 1, 1.0) if kind == "n_step"
+            else adders.SequenceAdder(client, 1, 1))
+        adder.add_first(adders.restart(np.zeros(2)))
+        adder.add(0, tr(1.0, np.zeros(2)))
+        with pytest.raises(ValueError, match="observation"):
+            adder.add(0, tr(1.0, np.zeros(3)))  # another shape
+        with pytest.raises(ValueError, match="add_first must be called"):
+            adder.add(0, tr(1.0, np.zeros(2)))
+        _episode(np.zeros(2), [(0, term(1.0, np.zeros(2)))], adder)
+        assert client.server_info()[TABLE].current_size == (2 if kind == "n_step"
+                                                            else 3)
+
+
 def test_dm_env_style_timestep() -> None:
     """Any object with step_type/reward/discount/observation works (here a
     namedtuple with an int step type, as dm_env's StepType is an IntEnum)."""

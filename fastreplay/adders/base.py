@@ -224,9 +224,19 @@ class ReverbAdder(abc.ABC):
         if _is_first(next_timestep):
             raise ValueError("adder.add got a FIRST timestep: start the new episode "
                              "with add_first()")
-        self._step(action, next_timestep, extras if _has_extras(extras) else None)
+        try:
+            self._step(action, next_timestep, extras if _has_extras(extras) else None)
+            if _is_last(next_timestep):
+                self._last()
+        except Exception as exc:
+            # The writer may hold half a step: drop the episode (items
+            # already written stay) so that add_first starts clean.
+            self.reset()
+            if hasattr(exc, "add_note"):
+                exc.add_note("The adder dropped the rest of this episode; start "
+                             "the next one with add_first().")
+            raise
         if _is_last(next_timestep):
-            self._last()
             self.reset()
 
     def reset(self, timeout_ms: int | None = None) -> None:
