@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from fastreplay import _core, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
+from fastreplay._nstep import nstep_from_args
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -59,13 +60,34 @@ class ReplayBuffer:
         cpprb's ``stack_compress``: fields (and their ``next_`` fields)
         whose last axis is a stack of frames sliding by one per step; each
         frame is stored once and ``sample`` rebuilds the stacks.
+    n_step : int, optional
+        Store n-step transitions (cpprb's ``Nstep``): the reward field
+        (``rew`` or ``reward``) becomes ``r_t + gamma r_{t+1} + ...`` over up
+        to ``n_step`` steps, the ``next_*`` fields and ``done`` come from the
+        window's last step.  A window stops at a step whose ``done`` is set;
+        call ``on_episode_end()`` when an episode ends to store the last
+        ``n_step - 1`` transitions (windows cut short).  ``add`` and
+        ``add_batch`` take consecutive steps of one episode stream.
+    gamma : float
+        The n-step discount (default 0.99).
+    Nstep : dict, optional
+        cpprb's form, ``{"size": n, "gamma": g, "rew": "rew", "next":
+        "next_obs"}`` (``"done"`` names the done field, default ``"done"``;
+        ``"discount": "name"`` adds a float32 field ``gamma ** k``, or 0 at a
+        done, the bootstrap factor of each k-step window, right also for
+        windows an episode's end cut short); as in cpprb, fields it does not
+        name are neither summed nor shifted.
     """
 
     def __init__(self, capacity: int, *, alpha: float | None = None,
                  seed: int | None = None, min_size: int = 1,
                  compression: str | None | Mapping[str, str | None] = "auto",
                  next_of: str | Sequence[str] | None = None,
-                 stack_compress: str | Sequence[str] | None = None) -> None:
+                 stack_compress: str | Sequence[str] | None = None,
+                 n_step: int | None = None, gamma: float = 0.99,
+                 Nstep: Mapping[str, Any] | None = None) -> None:
+        # n-step transitions are made before anything is stored (_nstep.py)
+        self._nstep = nstep_from_args(n_step, gamma, Nstep)
         if isinstance(compression, Mapping):
             self._compression = {str(k): compression_mode(v, f"field {k!r}")
                                  for k, v in compression.items()}
@@ -124,6 +146,9 @@ class ReplayBuffer:
         The first call fixes the field names; a prioritized buffer gives new
         transitions ``priority`` or else the largest priority seen so far.
         """
+        if self._nstep is not None:  # one step of the n-step stream
+            self._add_nstep(self._nstep.add_one(transition, priority))
+            return
         plan, names = self._plan, self._fields
         values = None
         if plan is not None and names is not None and len(transition) == len(names):
@@ -147,6 +172,11 @@ class ReplayBuffer:
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
         """Add N transitions at once: every field has a leading axis N."""
+        if self._nstep is not None:  # N consecutive steps -> finished transitions
+            ready = self._nstep.add(transitions, priorities)
+            if ready is None:
+                return
+            transitions, priorities = self._nstep_ready(ready)
         if self._frames is not None:
             self._add_frames(priorities, timeout, transitions)
             return
@@ -235,8 +265,32 @@ class ReplayBuffer:
             self._max_priority = max(self._max_priority, float(prios.max()))
 
     def on_episode_end(self) -> None:
-        """cpprb's episode-end call, accepted for drop-in use; nothing to do
-        (episode starts are found by comparing values)."""
+        """cpprb's episode-end call.  With ``n_step`` it stores the episode's
+        last transitions (their windows cut at the end); otherwise there is
+        nothing to do (episode starts are found by comparing values)."""
+        if self._nstep is not None:
+            self._add_nstep(self._nstep.flush())
+
+    def _add_nstep(self, ready: Any) -> None:
+        """Insert finished n-step transitions (if any) as they are."""
+        if ready is None:
+            return
+        transitions, priorities = self._nstep_ready(ready)
+        nstep, self._nstep = self._nstep, None  # n-step buffers take one stream
+        try:
+            self.add_batch(priorities=priorities, **transitions)
+        finally:
+            self._nstep = nstep
+
+    def _nstep_ready(self, ready: Any) -> tuple[dict[str, Any], Any]:
+        """n-step transitions and priorities (the default where none was
+        given) for add_batch."""
+        transitions, prios = ready
+        if prios is not None:  # the default counts the priorities just given
+            default = (max(self._max_priority, float(np.nanmax(prios)))
+                       if self._prioritized else 1.0)
+            prios = np.where(np.isnan(prios), default, prios)
+        return transitions, prios
 
     def sample(self, batch_size: int, beta: float = 0.4, *,
                timeout: float | None = None) -> dict[str, np.ndarray]:
