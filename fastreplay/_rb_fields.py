@@ -29,12 +29,17 @@ _KINDS = "biufc"
 
 Leaf = tuple[np.dtype[Any], tuple[int, ...]]
 
+#: Python scalars converted directly to declared scalar fields of these
+#: kinds (numpy raises OverflowError for an int out of range).
+_SCALARS: dict[type, str] = {bool: "biufc", int: "iufc", float: "fc"}
+
 
 def _leaf(value: Any, where: str) -> Leaf:
     """(dtype, shape) of a declared leaf: a ``(dtype, shape)`` pair or an
     object with ``.dtype`` and ``.shape`` (a numpy array, a gym ``Box``, a
     ``tf.TensorSpec``)."""
-    if not isinstance(value, type) and hasattr(value, "dtype") and hasattr(value, "shape"):
+    if (not isinstance(value, type) and hasattr(value, "dtype")
+            and hasattr(value, "shape")):
         dtype, shape = value.dtype, value.shape
     elif isinstance(value, tuple) and len(value) == 2:
         dtype, shape = value
@@ -94,7 +99,8 @@ def parse_spec(spec: Mapping[str, Any] | None, env_dict: Mapping[str, Any] | Non
     source = spec if spec is not None else env_dict
     what = "spec" if spec is not None else "env_dict"
     if not isinstance(source, Mapping) or not source:
-        raise TypeError(f"{what} must be a non-empty dict of fields, got {source!r:.80}")
+        raise TypeError(f"{what} must be a non-empty dict of fields, got "
+                        f"{source!r:.80}")
 
     def walk(node: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
         for key in sorted(node):
@@ -141,8 +147,13 @@ def convert(name: str, value: Any, dtype: np.dtype[Any], shape: tuple[int, ...],
     (cpprb's ``(N, 1)`` scalars) is reshaped.  ValueError names the field
     and its spec otherwise.
     """
+    if (not lead and not shape and type(value) in _SCALARS
+            and dtype.kind in _SCALARS[type(value)]):
+        try:  # a Python scalar: numpy checks the range of an int
+            return np.array(value, dtype)
+        except OverflowError:
+            pass
     arr = np.asarray(value)
-    want = f"spec ({dtype}, {shape})"
     if arr.dtype != dtype:
         out: np.ndarray | None = None
         if arr.dtype.kind in _KINDS:
@@ -156,7 +167,7 @@ def convert(name: str, value: Any, dtype: np.dtype[Any], shape: tuple[int, ...],
         if out is None:
             raise ValueError(
                 f"field {name!r}: values of dtype {arr.dtype} cannot be stored in its "
-                f"{want} without losing information (e.g. float -> int, or an "
+                f"spec ({dtype}, {shape}) without losing information (e.g. float -> int, or an "
                 f"integer out of range); convert them first, e.g. "
                 f"np.asarray(x).astype(np.{dtype.name})")
         arr = out
@@ -169,7 +180,7 @@ def convert(name: str, value: Any, dtype: np.dtype[Any], shape: tuple[int, ...],
         else:
             axis = " after the leading batch axis" if lead else ""
             raise ValueError(f"field {name!r}: rows of shape {rows}{axis} do not "
-                             f"match its {want}")
+                             f"match its spec ({dtype}, {shape})")
     return arr
 
 
@@ -199,6 +210,23 @@ class FieldLayout:
         (or batch); dict values are flattened, everything else is a leaf."""
         flat: dict[str, Any] = {}
         paths: dict[str, tuple[str, ...]] = {}
+        if self.nested and all(
+                type(v) is not dict or all(type(k) is str and type(x) is not dict
+                                           for k, x in v.items())
+                for v in transition.values()):
+            # the common case of a known layout: str-keyed dicts one level deep
+            for key, value in transition.items():
+                if type(value) is not dict:
+                    flat[key], paths[key] = value, (key,)
+                    continue
+                for k in sorted(value):
+                    name = key + SEP + k
+                    flat[name], paths[name] = value[k], (key, k)
+            count = sum(len(v) or -1 if type(v) is dict else 1
+                        for v in transition.values())
+            if count == len(flat) and all(type(k) is str and k for k in transition):
+                return flat, paths  # else a collision, empty dict or bad key:
+            flat, paths = {}, {}
 
         def walk(key: str, value: Any, prefix: tuple[str, ...]) -> None:
             check_key(key, prefix)
@@ -206,6 +234,8 @@ class FieldLayout:
             if isinstance(value, Mapping):
                 if not value:
                     raise ValueError(f"field {SEP.join(path)!r} is an empty dict")
+                for k in value:
+                    check_key(k, path)
                 for k in sorted(value):
                     walk(k, value[k], path)
                 return
@@ -250,11 +280,18 @@ class FieldLayout:
         out = {}
         for name, value in flat.items():
             dtype, shape = declared[name]
-            if (type(value) is np.ndarray and value.dtype == dtype
+            kind = type(value)
+            if (kind is np.ndarray and value.dtype == dtype
                     and value.shape[lead:] == shape):
                 out[name] = value
-            else:
-                out[name] = convert(name, value, dtype, shape, lead)
+                continue
+            if not lead and not shape and dtype.kind in _SCALARS.get(kind, ""):
+                try:  # a Python scalar (add): numpy checks an int's range
+                    out[name] = np.array(value, dtype)
+                    continue
+                except OverflowError:
+                    pass
+            out[name] = convert(name, value, dtype, shape, lead)
         return out
 
     def to_json(self) -> dict[str, Any]:

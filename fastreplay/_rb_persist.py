@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastreplay import _core, _checkpoint_load, errors, rate_limiters, selectors
+from fastreplay import _checkpoint_load, _core, errors, rate_limiters, selectors
 from fastreplay._frames import field_names
 from fastreplay._rb_fields import convert
 from fastreplay.checkpointers import _fsync_dir, _is_ours, write_checkpoint
@@ -255,7 +255,8 @@ def unpickle(kind: str, version: int, files: dict[str, bytes]) -> ReplayBuffer:
                     name in _FILE_NAMES or name == "chunks.bin"
                     or (name.startswith("items-") and name.endswith(".bin")
                         and name[6:-4].isdigit())):
-                raise errors.DataLossError(f"pickled ReplayBuffer: bad file {name!r:.40}")
+                raise errors.DataLossError(
+                    f"pickled ReplayBuffer: bad file {name!r:.40}")
             with open(os.path.join(tmp, name), "xb") as f:
                 f.write(data)
         return load(ReplayBuffer, tmp, None)
@@ -296,7 +297,7 @@ def save_transitions(rb: ReplayBuffer, file: str | os.PathLike[str] | IO[bytes],
     arrays.update(columns)
     if rb._prioritized and len(prios):
         arrays[NPZ_PRIORITIES] = prios
-    np.savez_compressed(file, **arrays)  # type: ignore[arg-type]
+    np.savez_compressed(file, **arrays)
 
 
 def _cpprb(data: Any, z: Any, where: str) -> dict[str, np.ndarray]:
@@ -363,7 +364,7 @@ def load_transitions(rb: ReplayBuffer, file: str | os.PathLike[str] | IO[bytes],
         # fit to the buffer's columns as a declared spec would (cpprb's
         # (N, 1) scalars, its float32 defaults)
         specs = dict(zip(rb._fields, rb._specs, strict=True))
-        fields = {k: convert(k, v, *specs[k], lead=1) if k in specs else v
+        fields = {k: convert(k, v, specs[k][0], specs[k][1], 1) if k in specs else v
                   for k, v in fields.items()}
     if not rb._prioritized:
         prios = None

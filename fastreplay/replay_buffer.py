@@ -114,7 +114,8 @@ class ReplayBuffer:
         self._layout = FieldLayout()
         self._layout = self._declare(spec, env_dict, nexts + stacks)
 
-    def _declare(self, spec: Mapping[str, Any] | None, env_dict: Mapping[str, Any] | None,
+    def _declare(self, spec: Mapping[str, Any] | None,
+                 env_dict: Mapping[str, Any] | None,
                  frame_fields: tuple[str, ...]) -> FieldLayout:
         """The field layout of ``spec`` / ``env_dict``; a fully declared
         buffer without frame streams gets its compiled add path now."""

@@ -88,15 +88,18 @@ class TestSaveLoad:
         assert out["weights"].dtype == np.float32
         # keys sampled before the save name the same rows after the load
         before = rb.sample(4000)
-        key_of = {int(r): int(k) for r, k in zip(before["rid"], before["indexes"])}
+        key_of = dict(zip(before["rid"].tolist(), before["indexes"].tolist(),
+                          strict=True))
         after = back.sample(4000)
-        assert {int(r): int(k) for r, k in zip(after["rid"], after["indexes"])} == key_of
+        assert dict(zip(after["rid"].tolist(), after["indexes"].tolist(),
+                        strict=True)) == key_of
         back.update_priorities([key_of[0], key_of[1], key_of[2], key_of[3]],
                                [10.0, 0.0, 0.0, 0.0])
         assert set(int(r) for r in back.sample(100)["rid"]) == {0}
         # PER weights after the load equal the ones before for the same rows
         w_rb = rb.sample(2000, beta=0.5)
-        w_back = ReplayBuffer.load(rb.save(tmp_path / "rb2"), seed=9).sample(2000, beta=0.5)
+        again = ReplayBuffer.load(rb.save(tmp_path / "rb2"), seed=9)
+        w_back = again.sample(2000, beta=0.5)
         for r in range(4):
             np.testing.assert_allclose(w_rb["weights"][w_rb["rid"] == r][:1],
                                        w_back["weights"][w_back["rid"] == r][:1])

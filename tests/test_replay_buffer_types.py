@@ -78,7 +78,8 @@ class TestDeclaredSpec:
         rb.add(**step(0))  # Python int/float: converted, then compiled
         rb.add(**step(1, obs=np.ones(4, np.float32), action=np.int64(2)))
         rb.add_batch(obs=np.zeros((2, 4), np.float32), action=np.array([0, 1]),
-                     reward=np.array([0.5, 1.0], np.float32), done=np.array([1, 0], bool))
+                     reward=np.array([0.5, 1.0], np.float32),
+                     done=np.array([1, 0], bool))
         assert len(rb) == 4
 
     def test_spec_leaves_with_dtype_and_shape(self) -> None:
@@ -168,6 +169,17 @@ class TestNested:
         np.testing.assert_array_equal(out["obs"]["a"]["b"], out["r"].astype(int))
         with pytest.raises(ValueError, match="differ"):
             rb.add(obs={"a": {"b": 3}}, r=1.0)
+
+    def test_bad_nests_name_the_field(self) -> None:
+        rb = ReplayBuffer(8)
+        rb.add(obs={"a": 1, "b": 2}, r=1.0)
+        with pytest.raises(ValueError, match="'obs/a' is given twice"):
+            rb.add(obs={"a": 1, "b": 2}, r=1.0, **{"obs/a": 3})
+        with pytest.raises(ValueError, match="'obs' is an empty dict"):
+            rb.add(obs={}, r=1.0)
+        with pytest.raises(TypeError, match="got 1 in field 'obs'"):
+            rb.add(obs={1: 2, "b": 2}, r=1.0)
+        assert len(rb) == 1
 
     def test_declared_nested(self) -> None:
         rb = ReplayBuffer(8, spec={"obs": {"image": (np.uint8, (2,)),
