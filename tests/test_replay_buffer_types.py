@@ -195,34 +195,42 @@ class TestNested:
             rb.add(obs={"a": 1}, next_obs={"a": 2})
 
 
+def sample_error(rb: ReplayBuffer, n: int) -> BaseException:
+    """What ``rb.sample(n)`` raises, run in a thread: a sample that waits
+    instead is woken by closing the table and fails the test."""
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            rb.sample(n)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            got.append(exc)
+    th = threading.Thread(target=run, name="sample-below-min-size", daemon=True)
+    th.start()
+    th.join(JOIN_TIMEOUT)
+    if th.is_alive():  # it waits: wake it so the test ends
+        rb.table.close()
+        th.join(JOIN_TIMEOUT)
+        pytest.fail("sample below min_size waited instead of raising")
+    assert len(got) == 1, "sample below min_size returned"
+    return got[0]
+
+
 class TestEmptySample:
     def test_empty_raises_at_once(self) -> None:
-        rb = ReplayBuffer(10)
-        got: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                rb.sample(4)
-            except BaseException as exc:  # noqa: BLE001 - handed to the test
-                got.append(exc)
-        th = threading.Thread(target=run, name="empty-sample", daemon=True)
-        th.start()
-        th.join(JOIN_TIMEOUT)
-        if th.is_alive():  # it waits: wake it so the test ends
-            rb.table.close()
-            th.join(JOIN_TIMEOUT)
-            pytest.fail("sample on an empty buffer waited instead of raising")
-        assert len(got) == 1 and isinstance(got[0], FailedPreconditionError)
-        assert isinstance(got[0], RuntimeError)
-        msg = str(got[0])
+        exc = sample_error(ReplayBuffer(10), 4)
+        assert isinstance(exc, FailedPreconditionError)
+        assert isinstance(exc, RuntimeError)
+        msg = str(exc)
         assert "0 transitions stored" in msg and "min_size=1" in msg
         assert "timeout=" in msg
 
     def test_below_min_size(self) -> None:
         rb = ReplayBuffer(10, min_size=3)
         rb.add(x=1)
-        with pytest.raises(FailedPreconditionError, match="1 transitions stored"):
-            rb.sample(1)
+        exc = sample_error(rb, 1)
+        assert isinstance(exc, FailedPreconditionError)
+        assert "1 transitions stored" in str(exc)
         with pytest.raises(DeadlineExceededError):
             rb.sample(1, timeout=0.01)
         rb.add_batch(x=[2, 3])
