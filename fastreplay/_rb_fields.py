@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FieldLayout", "SEP", "convert", "parse_spec"]
+__all__ = ["FieldLayout", "SEP", "convert", "mismatch", "parse_spec"]
 
 #: Joins the keys of a nested field's path into its column name.
 SEP = "/"
@@ -166,9 +166,9 @@ def convert(name: str, value: Any, dtype: np.dtype[Any], shape: tuple[int, ...],
                 out = arr.astype(dtype)
         if out is None:
             raise ValueError(
-                f"field {name!r}: values of dtype {arr.dtype} cannot be stored in its "
-                f"spec ({dtype}, {shape}) without losing information (e.g. float -> int, or an "
-                f"integer out of range); convert them first, e.g. "
+                f"field {name!r}: values of dtype {arr.dtype} cannot be stored in "
+                f"its spec ({dtype}, {shape}) without losing information (e.g. "
+                f"float -> int, or an integer out of range); convert them first, e.g. "
                 f"np.asarray(x).astype(np.{dtype.name})")
         arr = out
     rows = arr.shape[lead:]
@@ -182,6 +182,24 @@ def convert(name: str, value: Any, dtype: np.dtype[Any], shape: tuple[int, ...],
             raise ValueError(f"field {name!r}: rows of shape {rows}{axis} do not "
                              f"match its spec ({dtype}, {shape})")
     return arr
+
+
+def mismatch(names: list[str], got: list[tuple[Any, ...]],
+             want: list[tuple[Any, ...]], hint: bool) -> ValueError:
+    """The error for the first field whose rows (dtype, shape) differ from
+    the buffer's; with ``hint`` (no spec declared) it says what to do."""
+    for name, g, w in zip(names, got, want, strict=False):
+        if g != w:
+            fix = ""
+            if hint:
+                fix = (f"; the first add fixed it; declare it, e.g. ReplayBuffer("
+                       f"..., spec={{{name!r}: (np.{w[0].name}, {w[1]}), ...}}) "
+                       "or add values of that dtype from the start")
+                if w[0].kind in "biu" and g[0].kind == "f":
+                    fix += " (e.g. 1.0 rather than 1)"
+            return ValueError(f"field {name!r}: rows of dtype {g[0]} and shape {g[1]} "
+                              f"differ from the buffer's {w[0]} {w[1]}{fix}")
+    return ValueError(f"fields {names} differ from the buffer's")
 
 
 class FieldLayout:

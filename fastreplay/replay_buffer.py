@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from fastreplay import _core, _rb_persist, errors, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
-from fastreplay._rb_fields import SEP, FieldLayout, parse_spec
+from fastreplay._rb_fields import SEP, FieldLayout, mismatch, parse_spec
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -172,23 +172,6 @@ class ReplayBuffer:
                                      self._keys, self._paths,
                                      [values[k] for k in names], prio))
 
-    def _spec_mismatch(self, names: list[str], specs: list[tuple[Any, ...]]) -> None:
-        """ValueError naming the first field whose rows differ from the
-        buffer's, and what to do about it."""
-        assert self._specs is not None
-        for name, got, want in zip(names, specs, self._specs, strict=False):
-            if got != want:
-                hint = ""
-                if self._layout.declared is None:
-                    hint = (f"; the first add fixed it; declare it, e.g. ReplayBuffer("
-                            f"..., spec={{{name!r}: (np.{want[0].name}, {want[1]}), "
-                            f"...}}) or add values of that dtype from the start")
-                    if want[0].kind in "biu" and got[0].kind == "f":
-                        hint += " (e.g. 1.0 rather than 1)"
-                raise ValueError(
-                    f"field {name!r}: rows of dtype {got[0]} and shape {got[1]} "
-                    f"differ from the buffer's {want[0]} {want[1]}{hint}")
-
     @property
     def capacity(self) -> int:
         return self._table.info.max_size
@@ -288,7 +271,7 @@ class ReplayBuffer:
         values = [np.asarray(flat[k]) for k in names]
         specs = [(v.dtype, v.shape[1:]) for v in values]
         if self._specs is not None and specs != self._specs:
-            self._spec_mismatch(names, specs)
+            raise mismatch(names, specs, self._specs, self._layout.declared is None)
         n = len(values[0])
         if priorities is None:
             prios = np.full(n, self._max_priority if self._prioritized else 1.0)
