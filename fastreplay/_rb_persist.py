@@ -32,7 +32,7 @@ import numpy as np
 
 from fastreplay import _checkpoint_load, _core, errors, rate_limiters, selectors
 from fastreplay._frames import field_names
-from fastreplay._rb_fields import convert
+from fastreplay._rb_fields import SEP, convert
 from fastreplay.checkpointers import _fsync_dir, _is_ours, write_checkpoint
 from fastreplay.table import Table
 
@@ -368,4 +368,22 @@ def load_transitions(rb: ReplayBuffer, file: str | os.PathLike[str] | IO[bytes],
                   for k, v in fields.items()}
     if not rb._prioritized:
         prios = None
+    if rb._fields is None or rb._layout.nested:
+        fields = _nest(fields)  # "obs/image" -> obs={"image": ...}
     rb.add_batch(priorities=prios, **fields)
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Columns named by ``/``-joined paths nested again."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        *parents, leaf = name.split(SEP)
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"column {name!r} collides with column {key!r}")
+        if leaf in node:
+            raise ValueError(f"column {name!r} is given twice")
+        node[leaf] = value
+    return out

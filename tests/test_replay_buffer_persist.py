@@ -265,6 +265,20 @@ class TestTransitions:
             np.testing.assert_array_equal(z["obs"], obs[1:-1])
             np.testing.assert_array_equal(z["next_obs"], obs[2:])
 
+    def test_nested_fields_come_back_nested(self, tmp_path: Any) -> None:
+        rb = ReplayBuffer(8)
+        rb.add_batch(obs={"image": np.arange(6).reshape(3, 2), "state": np.arange(3)},
+                     r=np.arange(3.0))
+        rb.save_transitions(tmp_path / "n.npz")
+        with np.load(tmp_path / "n.npz") as z:
+            assert sorted(z.files) == ["__fastreplay_transitions__", "obs/image",
+                                       "obs/state", "r"]
+        for other in (ReplayBuffer(8), rb):
+            other.load_transitions(tmp_path / "n.npz")
+            out = other.sample(8)
+            np.testing.assert_array_equal(out["obs"]["state"], out["r"].astype(int))
+        assert len(rb) == 6
+
     def test_cpprb_file_needs_allow_pickle(self, tmp_path: Any) -> None:
         f = tmp_path / "cpprb.npz"
         # the layout cpprb 11's save_transitions writes (safe=True)
