@@ -56,6 +56,7 @@ def learner(client: reverb.Client, steps: int) -> float:
     import torch
 
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a tiny network: one thread is fastest
     q = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(q.parameters(), lr=0.01)
     with client.dataset(TABLE, batch_size=128, prefetch=2) as dataset:

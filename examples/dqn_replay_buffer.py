@@ -6,11 +6,13 @@ The buffer here is prioritized (PER, ``alpha``), returns 3-step transitions
 (``n_step``/``gamma``, cpprb's ``Nstep``), feeds a torch Q-network without
 copies, and is saved and loaded between "runs".
 
-Run: ``python examples/dqn_replay_buffer.py`` (a few seconds on a CPU).
+Run: ``python examples/dqn_replay_buffer.py`` (a few seconds on a CPU;
+``--quick`` for fewer steps).
 """
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import tempfile
 
@@ -78,18 +80,23 @@ def train(rb: ReplayBuffer, q: torch.nn.Module, steps: int, seed: int) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps")
+    args = parser.parse_args()
+    steps = 600 if args.quick else 1_500
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a tiny network: one thread is fastest
     spec = {"obs": (np.float32, (Corridor.size,)), "action": (np.int64, ()),
             "reward": (np.float32, ()), "next_obs": (np.float32, (Corridor.size,)),
             "done": (np.bool_, ())}
     rb = ReplayBuffer(50_000, alpha=0.6, seed=0, n_step=N_STEP, gamma=GAMMA, spec=spec)
     q = torch.nn.Linear(Corridor.size, 2)
-    first = train(rb, q, 1_500, seed=1)
+    first = train(rb, q, steps, seed=1)
     path = pathlib.Path(tempfile.mkdtemp()) / "replay"
     rb.save(path)                             # transitions, priorities, settings
     restored = ReplayBuffer.load(path)        # e.g. in the next run
     assert len(restored) == len(rb)
-    second = train(restored, q, 500, seed=2)
+    second = train(restored, q, steps // 3, seed=2)
     print(f"stored {len(restored)} transitions; mean return {first:.2f} "
           f"then {second:.2f} after reloading")
 
