@@ -30,8 +30,8 @@ cdef object _utf8(object x, object path):
         return x.encode("utf-8", "surrogatepass")
     raise TypeError(f"Unsupported value for column {path}: an object array must "
                     f"hold only str or bytes, got {type(x).__name__}; give a "
-                    "numeric or bool array, a str/bytes value, or a nest (dict, "
-                    "list, tuple) whose leaves are such values")
+                    "numeric or bool array or a str/bytes value (writers also "
+                    "take a nest, a dict, list or tuple, of such values)")
 
 
 cdef tuple _encode_text(object v, object path):
