@@ -497,8 +497,8 @@ cdef class WriterCore:
         prefix = f"Error in column {bad_column}: "
         where = f" (table '{table.name}', item column {bad_column}"
         if cols:
-            where += (", writer column "
-                      f"{self._paths[cols[bad_ref if 0 <= bad_ref < len(cols) else 0]]}")
+            at = bad_ref if 0 <= bad_ref < len(cols) else 0
+            where += f", writer column {self._paths[cols[at]]}"
         where += ")"
         if rc == FR_ESQUEEZE:
             message = (f"TrajectoryColumn must contain exactly one row when squeeze "
