@@ -485,7 +485,8 @@ cdef class WriterCore:
         if rc == FR_EASYNC:
             self._raise_status(rc)
         if rc == FR_EPRIORITY_NAN and bad_column < 0:
-            _raise_for_status(rc, f"table '{table.name}'", "`priority` must not be nan.")
+            _raise_for_status(rc, f"table '{table.name}'",
+                              "`priority` must not be nan.")
         if bad_column < 0:
             if rc == FR_EEMPTY:
                 _raise_for_status(rc, f"table '{table.name}'", (
