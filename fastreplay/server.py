@@ -49,6 +49,11 @@ def lookup(port: int) -> Server | None:
 class Server:
     """Tables served in this process.
 
+    ``stop()`` (or leaving a ``with Server(...)`` block) closes the tables
+    and the port; so does dropping the last reference to the server (a
+    ``Client`` of this process made for it, e.g. ``localhost_client()``,
+    keeps it alive).
+
     Parameters
     ----------
     tables : iterable of Table
@@ -142,6 +147,18 @@ class Server:
     def checkpoint(self) -> str:
         """Write every table to the checkpointer; returns the path."""
         return str(self._checkpointer_for_save().save(self._tables, self._store))
+
+    def metrics(self) -> dict[str, float]:
+        """Every table's counters and the chunk store's bytes as one flat
+        dict for loggers (``table/<name>/inserts``, ``chunk_store/stored_bytes``
+        ...; ``fastreplay.metrics`` lists the keys)."""
+        from fastreplay.metrics import chunk_store_metrics
+
+        out: dict[str, float] = {}
+        for table in self._tables.values():
+            out.update(table.metrics())
+        out.update(chunk_store_metrics(self._store.stats()))
+        return out
 
     def localhost_client(self) -> Client:
         from fastreplay.client import Client

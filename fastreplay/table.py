@@ -555,6 +555,13 @@ class Table:
         times_sampled, inserted_seq, has_data)."""
         return self._core.items()  # type: ignore[no-any-return, unused-ignore]
 
+    def metrics(self) -> dict[str, float]:
+        """This table's counters as a flat dict for loggers
+        (``table/<name>/inserts`` ...; ``fastreplay.metrics`` lists the keys)."""
+        from fastreplay.metrics import table_metrics
+
+        return table_metrics(self.info)
+
     def reset(self) -> None:
         """Delete every item and zero the rate-limiter counters."""
         self._core.reset()
