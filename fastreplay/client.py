@@ -193,7 +193,10 @@ class Client:
         any table rejects the data.
         """
         if not priorities:
-            raise ValueError("priorities must contain at least one item")
+            raise ValueError(
+                "priorities must contain at least one item: map each table to "
+                "insert into to a priority, e.g. client.insert(data, "
+                "priorities={'my_table': 1.0})")
         tables, store, sink = self._backend.staging()
         for name in priorities:
             if name not in tables:

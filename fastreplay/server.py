@@ -84,6 +84,13 @@ class Server:
         tables = list(tables)
         if not tables:
             raise ValueError("At least one table must be provided")
+        for i, t in enumerate(tables):
+            if not isinstance(t, Table):
+                raise TypeError(
+                    f"Server tables must be fastreplay.Table objects, but entry {i} "
+                    f"is {type(t).__name__} {t!r}: build it with e.g. "
+                    "Table('name', selectors.Uniform(), selectors.Fifo(), 1000, "
+                    "rate_limiters.MinSize(1)) or Table.queue('name', 1000).")
         names = [t.name for t in tables]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
