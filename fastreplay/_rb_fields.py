@@ -14,12 +14,16 @@ flatten a nest (``fastreplay._nest``), each named by its path joined with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FieldLayout", "SEP", "convert", "mismatch", "parse_spec"]
+from fastreplay import errors
+
+__all__ = ["FieldLayout", "SEP", "convert", "field_difference", "mismatch", "parse_spec",
+           "priority_error", "rows_error"]
 
 #: Joins the keys of a nested field's path into its column name.
 SEP = "/"
@@ -192,14 +196,27 @@ def mismatch(names: list[str], got: list[tuple[Any, ...]],
         if g != w:
             fix = ""
             if hint:
-                fix = (f"; the first add fixed it; declare it, e.g. ReplayBuffer("
-                       f"..., spec={{{name!r}: (np.{w[0].name}, {w[1]}), ...}}) "
-                       "or add values of that dtype from the start")
-                if w[0].kind in "biu" and g[0].kind == "f":
+                wide = w
+                if w[0].kind in "biu" and g[0].kind == "f" and g[1] == w[1]:
+                    wide = (np.dtype(np.float32), w[1])  # a float into an int column
+                fix = (f"; the first add fixed it; declare the field, e.g. ReplayBuffer("
+                       f"..., spec={{{name!r}: (np.{wide[0].name}, {wide[1]}), ...}}) "
+                       "or add values of one dtype and shape from the start")
+                if wide is not w:
                     fix += " (e.g. 1.0 rather than 1)"
             return ValueError(f"field {name!r}: rows of dtype {g[0]} and shape {g[1]} "
                               f"differ from the buffer's {w[0]} {w[1]}{fix}")
     return ValueError(f"fields {names} differ from the buffer's")
+
+
+def field_difference(names: list[str], fields: list[str]) -> ValueError:
+    """The error for a transition whose field names are not the buffer's."""
+    missing = sorted(set(fields) - set(names))
+    extra = sorted(set(names) - set(fields))
+    parts = ([f"missing field(s) {missing}"] if missing else []) + (
+        [f"unexpected field(s) {extra}"] if extra else [])
+    return ValueError(f"this transition has {' and '.join(parts)}: every add gives the "
+                      f"buffer's fields {fields} (fixed by the first add or spec=)")
 
 
 class FieldLayout:
@@ -318,3 +335,25 @@ class FieldLayout:
                 k: [dt.str, list(shape)] for k, (dt, shape) in self.declared.items()},
             "paths": {k: list(p) for k, p in self.paths.items()},
         }
+
+
+def priority_error(exc: errors.InvalidPriorityError) -> errors.InvalidPriorityError:
+    """The table's priority error in the buffer's words (its table and item
+    keys are internal)."""
+    text = re.sub(r"\(table 'replay_buffer', key (\d+), priority ([^)]*)\)",
+                  r"(ReplayBuffer index \1, priority \2)", str(exc))
+    if text == str(exc):
+        return exc
+    return errors.InvalidPriorityError(
+        text + ": priorities must be finite and >= 0 (e.g. abs(td_error) + 1e-6); "
+        "nothing was changed")
+
+
+def rows_error(exc: ValueError, transitions: Mapping[str, Any]) -> ValueError:
+    """``exc``, or, when the fields' leading axes differ, an error naming
+    each field's row count."""
+    if "number of environments" not in str(exc):
+        return exc
+    counts = {k: len(v) if hasattr(v, "__len__") else 1 for k, v in transitions.items()}
+    return ValueError(f"add_batch: fields have different numbers of rows {counts}; "
+                      "give every field the same leading axis (one row per transition)")

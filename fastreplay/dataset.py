@@ -132,8 +132,12 @@ class SampleDataset:
 
     def __init__(self, client: Client, table: str, batch_size: int,
                  prefetch: int, num_workers: int, timeout: float | None) -> None:
-        if batch_size < 1 or prefetch < 1 or num_workers < 1:
-            raise ValueError("batch_size, prefetch and num_workers must be >= 1")
+        for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
+                            ("num_workers", num_workers)):
+            if value < 1:
+                raise ValueError(f"dataset of table {table!r}: {name} ({value}) must be "
+                                 f">= 1, e.g. client.dataset({table!r}, batch_size=256, "
+                                 "prefetch=2)")
         if num_workers > _MAX_WORKERS:
             raise ValueError(f"num_workers ({num_workers}) must be at most "
                              f"{_MAX_WORKERS} (one thread each)")

@@ -11,6 +11,7 @@ sampling after ``add_batch`` is as fast as after ``add``.  Sampling gathers
 from __future__ import annotations
 
 import math
+import operator
 import os
 import secrets
 import threading
@@ -23,7 +24,8 @@ import numpy.typing as npt
 from fastreplay import _core, _rb_persist, errors, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
 from fastreplay._nstep import nstep_from_args
-from fastreplay._rb_fields import SEP, FieldLayout, mismatch, parse_spec
+from fastreplay._rb_fields import (SEP, FieldLayout, field_difference, mismatch,
+                                   parse_spec, priority_error, rows_error)
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -97,6 +99,8 @@ class ReplayBuffer:
                  Nstep: Mapping[str, Any] | None = None,
                  spec: Mapping[str, Any] | None = None,
                  env_dict: Mapping[str, Any] | None = None) -> None:
+        if type(capacity) is not int or capacity < 1:
+            capacity = _positive("capacity", capacity, "ReplayBuffer(100_000)")
         # n-step transitions are made before anything is stored (_nstep.py)
         self._nstep = nstep_from_args(n_step, gamma, Nstep)
         #: the arguments ``save`` records and ``load`` passes back
@@ -223,115 +227,123 @@ class ReplayBuffer:
         dtypes and shapes); a prioritized buffer gives new transitions
         ``priority`` or else the largest priority seen so far.
         """
-        if self._layout.nested:
-            transition = self._layout.flatten(transition)[0]
-        if self._nstep is not None:  # one step of the n-step stream
-            self._add_nstep(self._nstep.add_one(transition, priority))
-            return
-        plan, names = self._plan, self._fields
-        values = None
-        if plan is not None and names is not None and len(transition) == len(names):
-            try:  # the same count and every name: the same fields
-                values = list(map(transition.__getitem__, names))
-            except KeyError:
-                pass
-        if values is not None:
-            # The compiled path: one row as given, checked against the
-            # first insert's specs (anything else takes the general path).
-            prio = (float(priority) if priority is not None else
-                    self._max_priority if self._prioritized else 1.0)
-            if _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                self._paths, values, prio):
-                if priority is not None:
-                    self._max_priority = max(self._max_priority, prio)
+        try:
+            if self._layout.nested:
+                transition = self._layout.flatten(transition)[0]
+            if self._nstep is not None:  # one step of the n-step stream
+                self._add_nstep(self._nstep.add_one(transition, priority))
                 return
-            if self._layout.declared is not None and self._retry_row(transition, prio):
-                if priority is not None:
-                    self._max_priority = max(self._max_priority, prio)
-                return
-        batch: dict[str, Any] = {k: _batch_of_one(v) for k, v in transition.items()}
-        self.add_batch(priorities=None if priority is None else [priority], **batch)
+            plan, names = self._plan, self._fields
+            values = None
+            if plan is not None and names is not None and len(transition) == len(names):
+                try:  # the same count and every name: the same fields
+                    values = list(map(transition.__getitem__, names))
+                except KeyError:
+                    pass
+            if values is not None:
+                # The compiled path: one row as given, checked against the
+                # first insert's specs (anything else takes the general path).
+                prio = (float(priority) if priority is not None else
+                        self._max_priority if self._prioritized else 1.0)
+                if _core.insert_row(self._table._core, self._store, plan, self._keys,
+                                    self._paths, values, prio):
+                    if priority is not None:
+                        self._max_priority = max(self._max_priority, prio)
+                    return
+                if self._layout.declared is not None and self._retry_row(transition, prio):
+                    if priority is not None:
+                        self._max_priority = max(self._max_priority, prio)
+                    return
+            batch: dict[str, Any] = {k: _batch_of_one(v) for k, v in transition.items()}
+            self.add_batch(priorities=None if priority is None else [priority], **batch)
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
 
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
         """Add N transitions at once: every field has a leading axis N (a
         dict field: each of its leaves)."""
-        layout = self._layout
-        if layout.nested:
-            transitions = layout.flatten(transitions)[0]
-        if self._nstep is not None:  # N consecutive steps -> finished transitions
-            ready = self._nstep.add(transitions, priorities)
-            if ready is None:
-                return
-            transitions, priorities = self._nstep_ready(ready)
-        if self._frames is not None:
-            flat, fpaths = layout.flatten(transitions)
-            nested = sorted(k for k, p in fpaths.items() if len(p) > 1)
-            if nested:
-                raise ValueError(f"fields {nested} are nested, which a buffer with "
-                                 "next_of / stack_compress does not support")
-            self._add_frames(priorities, timeout, layout.conform(flat, 1))
-            return
-        plan, names = self._plan, self._fields
-        if (plan is not None and names is not None
-                and transitions.keys() == self._field_set):
-            # The compiled path: fields as given, checked against the first
-            # insert's specs in C (anything else takes the general path).
-            prios = (None if priorities is None else
-                     np.asarray(priorities, dtype=np.float64).reshape(-1))
-            done = _core.insert_batch(
-                self._table._core, self._store, plan, self._keys, self._paths,
-                [transitions[k] for k in names], prios,
-                self._max_priority if self._prioritized else 1.0, timeout)
-            if done >= 0:
-                if prios is not None and len(prios):
-                    self._max_priority = max(self._max_priority, float(prios.max()))
-                return
-        flat, fpaths = layout.flatten(transitions)
-        flat = layout.conform(flat, 1)
-        names = sorted(flat)
-        if not names:
-            raise ValueError("add needs at least one field")
-        if self._fields is not None and names != self._fields:
-            raise ValueError(f"fields {names} differ from the buffer's {self._fields}")
-        unknown = sorted(set(self._compression) - set(names) - layout.tops
-                         - {fpaths[k][0] for k in names})
-        if unknown:
-            raise ValueError(f"compression names fields {unknown} that the transitions "
-                             f"lack (fields: {names})")
-        values = [np.asarray(flat[k]) for k in names]
-        specs = [(v.dtype, v.shape[1:]) for v in values]
-        if self._specs is not None and specs != self._specs:
-            raise mismatch(names, specs, self._specs, self._layout.declared is None)
-        n = len(values[0])
-        if priorities is None:
-            prios = np.full(n, self._max_priority if self._prioritized else 1.0)
-        else:
-            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        with self._lock:  # keys and chunk keys stay unique across threads
-            key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
-            keys = np.arange(key, key + n, dtype=np.uint64)
-            first = self._fields is None
-            if first:  # set before rows can be sampled; undone if none land
-                self._fields, self._specs = names, specs
-                layout.learn({k: fpaths[k] for k in names})
-        paths = [repr(layout.paths.get(k, (k,))) for k in names]
-        modes = [self._mode(k) for k in names]
         try:
-            done = _core.insert_rows(self._table._core, self._store, paths, values,
-                                     keys, prios, chunk_key, timeout, _KEEP_ALIVE,
-                                     None, modes)
-        except BaseException:
-            with self._lock:
-                if first and len(self._table) == 0:
-                    self._fields = self._specs = None
-                    layout.learn({})
-            raise
-        if first and done and self._plan is None:  # add's compiled path from now on
-            self._set_plan(names, [v[0] for v in values])
-        # Only a successful insert raises the default priority.
-        if priorities is not None and len(prios):
-            self._max_priority = max(self._max_priority, float(prios.max()))
+            layout = self._layout
+            if layout.nested:
+                transitions = layout.flatten(transitions)[0]
+            if self._nstep is not None:  # N consecutive steps -> finished transitions
+                ready = self._nstep.add(transitions, priorities)
+                if ready is None:
+                    return
+                transitions, priorities = self._nstep_ready(ready)
+            if self._frames is not None:
+                flat, fpaths = layout.flatten(transitions)
+                nested = sorted(k for k, p in fpaths.items() if len(p) > 1)
+                if nested:
+                    raise ValueError(f"fields {nested} are nested, which a buffer with "
+                                     "next_of / stack_compress does not support")
+                self._add_frames(priorities, timeout, layout.conform(flat, 1))
+                return
+            plan, names = self._plan, self._fields
+            if (plan is not None and names is not None
+                    and transitions.keys() == self._field_set):
+                # The compiled path: fields as given, checked against the first
+                # insert's specs in C (anything else takes the general path).
+                prios = (None if priorities is None else
+                         np.asarray(priorities, dtype=np.float64).reshape(-1))
+                done = _core.insert_batch(
+                    self._table._core, self._store, plan, self._keys, self._paths,
+                    [transitions[k] for k in names], prios,
+                    self._max_priority if self._prioritized else 1.0, timeout)
+                if done >= 0:
+                    if prios is not None and len(prios):
+                        self._max_priority = max(self._max_priority, float(prios.max()))
+                    return
+            flat, fpaths = layout.flatten(transitions)
+            flat = layout.conform(flat, 1)
+            names = sorted(flat)
+            if not names:
+                raise ValueError("add needs at least one field")
+            if self._fields is not None and names != self._fields:
+                raise field_difference(names, self._fields)
+            unknown = sorted(set(self._compression) - set(names) - layout.tops
+                             - {fpaths[k][0] for k in names})
+            if unknown:
+                raise ValueError(f"compression names fields {unknown} that the transitions "
+                                 f"lack (fields: {names})")
+            values = [np.asarray(flat[k]) for k in names]
+            specs = [(v.dtype, v.shape[1:]) for v in values]
+            if self._specs is not None and specs != self._specs:
+                raise mismatch(names, specs, self._specs, self._layout.declared is None)
+            n = len(values[0])
+            if priorities is None:
+                prios = np.full(n, self._max_priority if self._prioritized else 1.0)
+            else:
+                prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            with self._lock:  # keys and chunk keys stay unique across threads
+                key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
+                keys = np.arange(key, key + n, dtype=np.uint64)
+                first = self._fields is None
+                if first:  # set before rows can be sampled; undone if none land
+                    self._fields, self._specs = names, specs
+                    layout.learn({k: fpaths[k] for k in names})
+            paths = [repr(layout.paths.get(k, (k,))) for k in names]
+            modes = [self._mode(k) for k in names]
+            try:
+                done = _core.insert_rows(self._table._core, self._store, paths, values,
+                                         keys, prios, chunk_key, timeout, _KEEP_ALIVE,
+                                         None, modes)
+            except BaseException:
+                with self._lock:
+                    if first and len(self._table) == 0:
+                        self._fields = self._specs = None
+                        layout.learn({})
+                raise
+            if first and done and self._plan is None:  # add's compiled path from now on
+                self._set_plan(names, [v[0] for v in values])
+            # Only a successful insert raises the default priority.
+            if priorities is not None and len(prios):
+                self._max_priority = max(self._max_priority, float(prios.max()))
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
+        except ValueError as exc:
+            raise rows_error(exc, transitions) from None
 
     def _add_frames(self, priorities: npt.ArrayLike | None, timeout: float | None,
                     transitions: dict[str, Any]) -> None:
@@ -401,6 +413,8 @@ class ReplayBuffer:
         beta = float(beta)
         if not (beta >= 0 and math.isfinite(beta)):
             raise ValueError(f"beta ({beta}) must be finite and >= 0")
+        if type(batch_size) is not int or batch_size < 1:
+            batch_size = _positive("batch_size", batch_size, "rb.sample(256)")
         n = self._table._num_samples(batch_size)
         if timeout == 0 and not self._table._core.can_sample(n):
             raise errors.FailedPreconditionError(
@@ -425,10 +439,13 @@ class ReplayBuffer:
     def update_priorities(self, indexes: npt.ArrayLike, priorities: npt.ArrayLike
                           ) -> None:
         """Set new priorities; keys of transitions already evicted are ignored."""
-        prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        self._table.update_priorities(indexes, prios)
-        if len(prios):
-            self._max_priority = max(self._max_priority, float(prios.max()))
+        try:
+            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            self._table.update_priorities(indexes, prios)
+            if len(prios):
+                self._max_priority = max(self._max_priority, float(prios.max()))
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
 
     # ----- persistence (fastreplay._rb_persist) -----
 
@@ -491,3 +508,16 @@ class ReplayBuffer:
         fields (declare them with ``spec=`` when the buffer is empty).
         """
         _rb_persist.load_transitions(self, file, allow_pickle)
+
+
+def _positive(name: str, value: Any, example: str) -> int:
+    """``value`` as a positive int, or an error naming ``name``."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"ReplayBuffer {name} must be an int, got "
+                        f"{type(value).__name__} {value!r:.40} (e.g. {example})") from None
+    if number < 1:
+        raise ValueError(f"ReplayBuffer {name} ({number}) must be a positive integer "
+                         f"(e.g. {example})")
+    return number

@@ -311,5 +311,5 @@ class TestTransitions:
         bad.add(rid=1, obs=np.zeros(4, np.float32), action=np.int32(0), reward=0.5,
                 extra=1)
         rb.save_transitions(tmp_path / "good.npz")
-        with pytest.raises(ValueError, match="differ"):
+        with pytest.raises(ValueError, match="missing field"):
             bad.load_transitions(tmp_path / "good.npz")
