@@ -20,6 +20,7 @@ from fastreplay import (  # Reverb's module names
     structured_writer,
     trajectory_writer,
 )
+from fastreplay import metrics  # fastreplay's: counters as dicts for loggers
 from fastreplay._core import ChunkStore
 from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
 from fastreplay.client import Client, SampleDataset
@@ -61,6 +62,7 @@ __all__ = [
     "checkpointers",
     "errors",
     "item_selectors",
+    "metrics",
     "pybind",
     "rate_limiters",
     "reverb_types",

@@ -327,7 +327,9 @@ def _check_tables(entries: list[dict[str, Any]], tables: Mapping[str, Table]) ->
         table = tables.get(entry["name"])
         if table is None:
             raise ValueError(f"Checkpoint table '{entry['name']}' has no matching "
-                             f"server table (server tables: {sorted(tables)})")
+                             f"server table (server tables: {sorted(tables)}): "
+                             f"give the Server a table named '{entry['name']}' "
+                             "configured as when it was checkpointed")
         want = entry["config"]
         have = json.loads(json.dumps(table_config(table)))
         if set(want) != set(have):
@@ -341,7 +343,9 @@ def _check_tables(entries: list[dict[str, Any]], tables: Mapping[str, Table]) ->
                 f"(checkpoint, server): {diffs}; configure the table as it was "
                 "checkpointed")
         if len(table):
-            raise ValueError(f"Table '{entry['name']}' must be empty to restore")
+            raise ValueError(f"Table '{entry['name']}' must be empty to restore "
+                             f"(it holds {len(table)} items): restore into a new "
+                             "Server whose tables are empty")
 
 
 def _read_chunks(folder: _Folder, size: int, store: _core.ChunkStore

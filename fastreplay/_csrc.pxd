@@ -325,6 +325,8 @@ cdef extern from "column.h" nogil:
         fr_chunker_options opt
         int32_t max_len
         int32_t buf_rows
+        int64_t n_appended
+        int64_t alive_from
 
 
 cdef extern from "writer.h" nogil:

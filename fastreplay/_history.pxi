@@ -30,7 +30,8 @@ cdef class WeakCellRef:
 
     cdef _check(self):
         if self.expired:
-            raise RuntimeError("Cannot access data from expired WeakCellRef")
+            raise RuntimeError("Cannot access data from expired WeakCellRef ("
+                               + self._core.expired_hint(self._col, self._id) + ")")
 
     @property
     def shape(self) -> list:
@@ -85,7 +86,10 @@ cdef class TrajectoryColumn:
     def __init__(self, data_references, *, bint squeeze=False, path=None) -> None:
         refs = list(data_references)
         if any(r is None for r in refs):
-            raise ValueError(_NONE_REFS.format(path, refs))
+            raise ValueError(_NONE_REFS.format(path, refs) + (
+                ". A None reference is a step where the column had no value (a "
+                "None leaf of append's result): build columns from "
+                "WeakCellRef objects only, e.g. writer.history[path][-3:]."))
         for r in refs:
             if not isinstance(r, WeakCellRef):
                 self._init_detached(refs, squeeze, path)
@@ -257,9 +261,11 @@ cdef class TrajectoryColumn:
         cdef WriterCore core = self._core
         pairs = self._pairs()
         with core.lock:  # all cells read at one point of the writer's history
-            if any(not core.cell_alive(c, i) for c, i in pairs):
-                raise RuntimeError("Cannot convert TrajectoryColumn with expired "
-                                   "data references to numpy array.")
+            for c, i in pairs:
+                if not core.cell_alive(c, i):
+                    raise RuntimeError(
+                        "Cannot convert TrajectoryColumn with expired data "
+                        f"references to numpy array. ({core._expired_hint(c, i)})")
             values = [core.read_cell(c, i) for c, i in pairs]
         return values[0] if self._squeeze else np.stack(values)
 
@@ -296,12 +302,35 @@ cdef class ColumnHistory:
                                             count, c.ids)
             lock.release()
         if missing:
-            self._raise_missing([c.ids[k] for k in range(count)])
+            self._raise_missing([c.ids[k] for k in range(count)],
+                                [start + k * step for k in range(count)])
         return c
 
-    cdef _raise_missing(self, list ids):
-        raise ValueError(_NONE_REFS.format(self._path, [
-            None if i < 0 else WeakCellRef(self._core, self._col, i) for i in ids]))
+    cdef _raise_missing(self, list ids, list positions=None):
+        """Raise Reverb's None-reference error for the history positions
+        ``positions`` (default: consecutive up to the newest step) whose
+        cells ``ids`` are missing (< 0), and say why and what to do."""
+        cdef Py_ssize_t n = fr_writer_history_len(self._core._w)
+        if positions is None:
+            positions = list(range(n - len(ids), n))
+        text = _NONE_REFS.format(self._path, [
+            None if i < 0 else WeakCellRef(self._core, self._col, i) for i in ids])
+        raise ValueError(f"{text}. {self._missing_hint(ids, positions, n)}")
+
+    cdef str _missing_hint(self, list ids, list positions, Py_ssize_t n):
+        keep = self._core.column_info(self._col)["num_keep_alive_refs"]
+        missing = [p for i, p in zip(ids, positions) if i < 0]
+        reach = n - min(positions)  # steps back to the oldest position asked for
+        if reach > keep:
+            return (f"Column {self._path} keeps only its last {keep} values "
+                    f"(num_keep_alive_refs={keep}) but this slice reaches {reach} "
+                    f"steps back: increase num_keep_alive_refs to at least {reach} "
+                    f"(e.g. client.trajectory_writer(num_keep_alive_refs={reach})), "
+                    f"or slice at most the last {keep} steps.")
+        back = [p - n for p in missing]
+        return (f"Column {self._path} has no value at history index(es) {back} "
+                "(those steps did not set it, or set it to None): slice only "
+                "steps that have a value.")
 
     def __getitem__(self, val) -> TrajectoryColumn:
         cdef Py_ssize_t n = fr_writer_history_len(self._core._w)
@@ -312,17 +341,19 @@ cdef class ColumnHistory:
         if isinstance(val, (int, np.integer)):
             if not -n <= val < n:
                 raise errors.HistoryIndexError(
-                    f"history index {val} out of range for {n} steps")
+                    f"history index {val} out of range for {n} steps (column "
+                    f"{self._path}: valid indices are {-n} to {n - 1})")
             return self._range(int(val) % n, 1, 1, True)
         if isinstance(val, list):
             pos = np.asarray(val, dtype=np.int64).reshape(-1)
             if ((pos < -n) | (pos >= n)).any():
                 raise errors.HistoryIndexError(
-                    f"history indices {val} out of range for {n} steps")
+                    f"history indices {val} out of range for {n} steps (column "
+                    f"{self._path}: valid indices are {-n} to {n - 1})")
             pos %= max(n, 1)
             ids = self._core.cells_at(self._col, pos).tolist()
             if any(i < 0 for i in ids):
-                self._raise_missing(ids)
+                self._raise_missing(ids, pos.tolist())
             c = TrajectoryColumn.empty(self._core, self._col, len(ids), False,
                                        self._path)
             for k in range(len(ids)):

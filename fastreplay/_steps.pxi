@@ -284,7 +284,8 @@ cdef object _as_native_array(object v, object path):
     if arr.dtype.kind not in _SUPPORTED_KINDS:
         raise TypeError(
             f"Unsupported dtype {arr.dtype} for column {path}: fastreplay stores "
-            "numeric and bool arrays only")
+            "numeric and bool arrays (and str/bytes) only; convert the value, "
+            "e.g. np.asarray(value, dtype=np.float32)")
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     # (np.ascontiguousarray would turn a 0-d array into shape (1,).)

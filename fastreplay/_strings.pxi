@@ -29,7 +29,9 @@ cdef object _utf8(object x, object path):
     if isinstance(x, str):
         return x.encode("utf-8", "surrogatepass")
     raise TypeError(f"Unsupported value for column {path}: an object array must "
-                    f"hold only str or bytes, got {type(x).__name__}")
+                    f"hold only str or bytes, got {type(x).__name__}; give a "
+                    "numeric or bool array or a str/bytes value (writers also "
+                    "take a nest, a dict, list or tuple, of such values)")
 
 
 cdef tuple _encode_text(object v, object path):

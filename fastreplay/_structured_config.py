@@ -32,6 +32,10 @@ class PatternNode:
     start: int | None = None
     stop: int | None = None
     step: int | None = None
+    #: fastreplay's: the path of the step field the node slices, when built
+    #: from a reference step (names the field in error messages).
+    source_path: tuple[Any, ...] | None = dataclasses.field(
+        default=None, compare=False, repr=False, kw_only=True)
 
     def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
         return getattr(self, name) is not None
@@ -52,19 +56,33 @@ class PatternNode:
 Pattern = Any  # a nest of PatternNode
 
 
+def _ref_text(path: tuple[Any, ...] | None) -> str:
+    """How a user wrote the reference of a step field: ``ref['obs']``."""
+    return "ref" + "".join(f"[{k!r}]" for k in (path or ()))
+
+
 class _RefNode:
     """Leaf of a reference step: indexing it builds a PatternNode."""
 
-    def __init__(self, idx: int) -> None:
+    def __init__(self, idx: int, path: tuple[Any, ...] = ()) -> None:
         self._idx = idx
+        self._path = path
 
     def __getitem__(self, key: int | slice) -> PatternNode:
         if isinstance(key, int):
             key = slice(key)
         elif not isinstance(key, slice):
+            ref = _ref_text(self._path)
             raise ValueError(
-                f"Key must be int or slice by got {key} (type {type(key)}).")
-        return PatternNode(self._idx, key.start, key.stop, key.step)
+                f"Key must be int or slice by got {key} (type {type(key)}). "
+                f"{ref} is the history of one step field: index it with a "
+                f"negative int or slice, e.g. {ref}[-1] (newest step) or "
+                f"{ref}[-3:] (last three).")
+        return PatternNode(self._idx, key.start, key.stop, key.step,
+                           source_path=self._path)
+
+    def __repr__(self) -> str:
+        return f"{_ref_text(self._path)} (a whole step field)"
 
 
 def _indexed(step_structure: Any, make: Callable[[int], Any]) -> Any:
@@ -76,7 +94,9 @@ def create_reference_step(step_structure: Any) -> Any:
     """``step_structure`` with leaves that build PatternNodes when indexed:
     ``ref['a'][-2:]`` is the last two values of ``a``, ``ref['a'][-1]`` the
     newest one (squeezed)."""
-    return _indexed(step_structure, _RefNode)
+    paths = [p for p, _ in _nest.flatten_with_path(step_structure)]
+    return _nest.unflatten_as(step_structure,
+                              [_RefNode(i, p) for i, p in enumerate(paths)])
 
 
 def pattern_from_transform(step_structure: Any, transform: Callable[[Any], Any]
@@ -274,6 +294,7 @@ def create_config(pattern: Any, table: str, conditions: Sequence[ConditionProto]
     """
     if not isinstance(compression, Unset):
         compression_mode(compression, f"config for table '{table}'")
+    _check_create_config(pattern, table, conditions, priority)
     return Config(
         flat=list(_nest.flatten(pattern)),
         pattern_structure=_nest.map_structure(lambda _: None, pattern),
@@ -282,6 +303,60 @@ def create_config(pattern: Any, table: str, conditions: Sequence[ConditionProto]
         conditions=list(conditions),
         compression=compression,
     )
+
+
+def _check_create_config(pattern: Any, table: Any,
+                         conditions: Sequence[ConditionProto],
+                         priority: Priority | None) -> None:
+    """create_config's checks: ValueError naming the pattern path, the table
+    and the fix (Reverb defers these to the writer, or never makes them)."""
+    where = f"create_config (table {table!r})"
+    if not isinstance(table, str) or not table:
+        raise ValueError(f"{where}: `table` must be a non-empty table name, got "
+                         f"{table!r}.")
+    leaves = list(_nest.flatten_with_path(pattern))
+    if not leaves:
+        raise ValueError(f"{where}: the pattern has no slices; give at least one, "
+                         "e.g. {'obs': ref['obs'][-1]} with ref = "
+                         "create_reference_step(step).")
+    for path, leaf in leaves:
+        if isinstance(leaf, _RefNode):
+            ref = _ref_text(leaf._path)
+            raise ValueError(
+                f"{where}: the pattern at {path} is {ref}, a whole step field, "
+                f"not a slice of its history: use {ref}[-1] for one step or "
+                f"{ref}[-3:] for three.")
+        if not isinstance(leaf, PatternNode):
+            raise ValueError(
+                f"{where}: the pattern at {path} is a {type(leaf).__name__}, but "
+                "pattern leaves must be slices of a reference step: ref = "
+                "create_reference_step(step), then e.g. ref['obs'][-1] for one "
+                "step or ref['obs'][-3:] for three.")
+        problem = _node_error(leaf)
+        if problem is not None:
+            known = leaf.source_path is not None
+            ref = _ref_text(leaf.source_path) if known else "ref[...]"
+            field = ref if known else (
+                f"the field at flat index {leaf.flat_source_index}")
+            raise ValueError(
+                f"{where}: the pattern at {path} (a slice of {field}) is invalid: "
+                f"{problem} Slices count back from the newest step with negative "
+                f"indices: use {ref}[-1] for the newest step or {ref}[-3:] for the "
+                "last three.")
+    for i, c in enumerate(conditions):
+        if not isinstance(c, ConditionProto):
+            raise ValueError(
+                f"{where}: condition {i} is a {type(c).__name__}, not a complete "
+                "condition: compare it, e.g. Condition.step_index() % 2 == 0 or "
+                "Condition.steps_since_applied() >= 3.")
+        problem = _condition_error(c)
+        if problem is not None:
+            raise ValueError(f"{where}: condition {i} is invalid: {problem}")
+    if priority is not None and not isinstance(priority, (ConstantPriorityFn,
+                                                          TDError)):
+        raise ValueError(
+            f"{where}: priority must be constant_priority_fn(value) or "
+            f"td_error(...), got {type(priority).__name__}.")
 
 
 def unpack_pattern(config: Config) -> Any:

@@ -435,7 +435,8 @@ cdef class TableCore:
                                                            dtype=np.uint64)
         if uk.shape[0] != up.shape[0]:
             raise ValueError(f"update keys and priorities differ in length "
-                             f"({uk.shape[0]} != {up.shape[0]})")
+                             f"({uk.shape[0]} != {up.shape[0]}) ({self._ctx()}): "
+                             "pass one priority per key")
         cdef uint64_t zero_key = 0
         cdef double zero_prio = 0.0
         cdef const uint64_t *ukp = &uk[0] if uk.shape[0] else &zero_key

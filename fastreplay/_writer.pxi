@@ -219,7 +219,37 @@ cdef class WriterCore:
             "autotune": bool(c.opt.autotune),
             "max_chunk_length": c.max_len,
             "buffered": c.buf_rows,
+            "appended": c.n_appended,
+            "alive_from": c.alive_from,
         }
+
+    def expired_hint(self, int32_t col, int64_t cell) -> str:
+        """Why cell ``cell`` of column ``col`` is expired and what to do,
+        for error messages (error paths only)."""
+        with self.lock:
+            self._check_col(col)
+            return self._expired_hint(col, cell)
+
+    cdef str _expired_hint(self, int32_t col, int64_t cell):
+        cdef fr_column *c = fr_writer_column(self._w, col)
+        path = self._paths[col]
+        cdef int32_t keep = c.opt.num_keep_alive_refs
+        if cell < 0:  # a step reference first read after its cell expired
+            return (f"column {path}: the value expired before the reference was "
+                    f"first used (the column keeps its last {keep} values, "
+                    "num_keep_alive_refs, and end_episode(clear_buffers=True) "
+                    "expires all): use references before appending more steps, "
+                    "or increase num_keep_alive_refs")
+        if cell < c.alive_from:
+            return (f"column {path}: the reference is from before the last "
+                    "end_episode(clear_buffers=True), which expires every "
+                    "reference; create items before ending the episode (or "
+                    "call end_episode(clear_buffers=False))")
+        cdef int64_t need = c.n_appended - cell
+        return (f"column {path} keeps only its last {keep} values "
+                f"(num_keep_alive_refs={keep}) but this reference is {need} values "
+                "old: create the item before appending more steps, or increase "
+                f"num_keep_alive_refs to at least {need}")
 
     @property
     def history_len(self) -> int:
@@ -354,7 +384,8 @@ cdef class WriterCore:
     cdef object _read_cell(self, int32_t col, int64_t cell):
         cdef fr_column *c = fr_writer_column(self._w, col)
         if not fr_writer_cell_alive(self._w, col, cell):
-            raise RuntimeError("Cannot access data from expired WeakCellRef")
+            raise RuntimeError("Cannot access data from expired WeakCellRef ("
+                               + self._expired_hint(col, cell) + ")")
         if fr_spec_is_var(&c.spec):
             return self._read_text_cell(c, col, cell)
         out = np.empty(_shape_of(&c.spec), dtype=_dtype_of(&c.spec))
@@ -454,11 +485,22 @@ cdef class WriterCore:
         if rc == FR_EASYNC:
             self._raise_status(rc)
         if rc == FR_EPRIORITY_NAN and bad_column < 0:
-            _raise_for_status(rc, "", "`priority` must not be nan.")
+            _raise_for_status(rc, f"table '{table.name}'",
+                              "`priority` must not be nan.")
         if bad_column < 0:
+            if rc == FR_EEMPTY:
+                _raise_for_status(rc, f"table '{table.name}'", (
+                    "trajectory must not be empty. Give at least one non-empty "
+                    "TrajectoryColumn, e.g. {'obs': writer.history['obs'][-1:]}."))
             _raise_for_status(rc, f"table '{table.name}', priority {priority!r}")
-        cols = [c for c, _ in (<TrajectoryColumn>columns[bad_column])._pairs()]
+        pairs = (<TrajectoryColumn>columns[bad_column])._pairs()
+        cols = [c for c, _ in pairs]
         prefix = f"Error in column {bad_column}: "
+        where = f" (table '{table.name}', item column {bad_column}"
+        if cols:
+            at = bad_ref if 0 <= bad_ref < len(cols) else 0
+            where += f", writer column {self._paths[cols[at]]}"
+        where += ")"
         if rc == FR_ESQUEEZE:
             message = (f"TrajectoryColumn must contain exactly one row when squeeze "
                        f"is set but got {len(cols)}.")
@@ -473,11 +515,19 @@ cdef class WriterCore:
                 message = (f"Column references tensors with incompatible shapes: "
                            f"{_shape_str(first['shape'])} (index 0) not compatible "
                            f"with {_shape_str(other['shape'])} (index {bad_ref}).")
+            message += (" Build each TrajectoryColumn from one history column, "
+                        "e.g. writer.history['obs'][-3:].")
         elif rc == FR_EEMPTY:
-            message = "TrajectoryColumn must not be empty."
+            message = ("TrajectoryColumn must not be empty; slice at least one "
+                       "step, e.g. writer.history[...][-1:].")
+        elif rc == FR_EEXPIRED and 0 <= bad_ref < len(cols):
+            c, i = pairs[bad_ref]
+            message = (_DEFAULT_MESSAGES[rc] + where + ": "
+                       + self._expired_hint(c, i) + ".")
+            where = ""
         else:
             message = _DEFAULT_MESSAGES.get(rc, f"fastreplay core error {rc}.")
-        _raise_for_status(rc, "", prefix + message)
+        _raise_for_status(rc, "", prefix + message + where)
 
     def close(self) -> None:
         """Refuse further calls and wake a flush blocked in another thread.

@@ -45,6 +45,8 @@ class Backend(Protocol):
 
     def checkpoint(self) -> str: ...
 
+    def metrics(self) -> dict[str, float]: ...
+
 
 class LocalBackend:
     """The tables of a ``Server`` of this process, called directly."""
@@ -95,3 +97,6 @@ class LocalBackend:
 
     def checkpoint(self) -> str:
         return self._server.checkpoint()
+
+    def metrics(self) -> dict[str, float]:
+        return self._server.metrics()

@@ -35,7 +35,7 @@ import stat
 import tempfile
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from fastreplay import _core, _structures
@@ -63,6 +63,7 @@ __all__ = [
     "default_checkpointer",
     "load",
     "table_config",
+    "write_checkpoint",
 ]
 
 _STAMP = re.compile(r"[0-9]{8}T[0-9]{12}Z")
@@ -131,6 +132,24 @@ def _is_ours(path: str) -> bool:
         os.close(fd)
 
 
+def write_checkpoint(tmp: str, tables: Mapping[str, Table],
+                     extra: Callable[[], Mapping[str, Any]] | None = None) -> None:
+    """Write a checkpoint of ``tables`` into the empty directory ``tmp``:
+    marker, data files, manifest and its envelope, all fsynced.  The
+    entries ``extra()`` returns (called once the data files are written)
+    are added to the manifest (``ReplayBuffer.save`` records its own state
+    there; the loader ignores entries it does not know)."""
+    _write_synced(os.path.join(tmp, MARKER), MARKER_TEXT.encode())
+    entries = DefaultCheckpointer._write(tmp, tables)
+    if extra is not None:
+        entries.update(extra())
+    manifest = json.dumps(entries, indent=1).encode()
+    _write_synced(os.path.join(tmp, MANIFEST), manifest)
+    _write_synced(os.path.join(tmp, MANIFEST_CRC), (
+        f"{FORMAT} {VERSION} {len(manifest)} {zlib.crc32(manifest)}\n").encode())
+    _fsync_dir(tmp)
+
+
 class CheckpointerBase(abc.ABC):
     """Saves and restores the tables of a Server."""
 
@@ -190,13 +209,7 @@ class DefaultCheckpointer(CheckpointerBase):
             stamp = self._new_stamp()
             tmp = tempfile.mkdtemp(prefix=f".incomplete-{stamp}-", dir=self._root)
             try:
-                _write_synced(os.path.join(tmp, MARKER), MARKER_TEXT.encode())
-                manifest = json.dumps(self._write(tmp, tables), indent=1).encode()
-                _write_synced(os.path.join(tmp, MANIFEST), manifest)
-                _write_synced(os.path.join(tmp, MANIFEST_CRC), (
-                    f"{FORMAT} {VERSION} {len(manifest)} {zlib.crc32(manifest)}\n"
-                ).encode())
-                _fsync_dir(tmp)
+                write_checkpoint(tmp, tables)
                 final = os.path.join(self._root, stamp)
                 os.rename(tmp, final)
                 _fsync_dir(self._root)
@@ -237,7 +250,8 @@ class DefaultCheckpointer(CheckpointerBase):
             if _INCOMPLETE.fullmatch(entry.name) and _is_ours(entry.path):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
-    def _write(self, tmp: str, tables: Mapping[str, Table]) -> dict[str, Any]:
+    @staticmethod
+    def _write(tmp: str, tables: Mapping[str, Table]) -> dict[str, Any]:
         chunks_out = _Checked(os.path.join(tmp, "chunks.bin"))
         written: set[int] = set()
         files: dict[str, dict[str, int]] = {}

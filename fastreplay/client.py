@@ -22,13 +22,15 @@ import numpy.typing as npt
 
 from fastreplay import _nest, errors, structured_writer
 from fastreplay.backends import Backend, LocalBackend
+from fastreplay.dataset import SampleDataset
 from fastreplay.legacy_writer import Writer, check_step_signature
 from fastreplay.replay_sample import ReplaySample, SampleInfoBatch
+from fastreplay.reverb_types import ServerInfo
 from fastreplay.server import lookup
 from fastreplay.table import TableInfo
 from fastreplay.writer import TrajectoryWriter
 
-__all__ = ["Client", "Writer"]
+__all__ = ["Client", "SampleDataset", "Writer"]
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0", "")
 
@@ -70,6 +72,8 @@ class Client:
         self._token = token
         self._backend_lock = threading.Lock()
         self._backend_found: Backend | None = None
+        if self._host in _LOCAL_HOSTS and lookup(self._port) is not None:
+            self._backend  # noqa: B018 - resolved now: the client keeps its server alive
 
     @property
     def _backend(self) -> Backend:
@@ -189,7 +193,10 @@ class Client:
         any table rejects the data.
         """
         if not priorities:
-            raise ValueError("priorities must contain at least one item")
+            raise ValueError(
+                "priorities must contain at least one item: map each table to "
+                "insert into to a priority, e.g. client.insert(data, "
+                "priorities={'my_table': 1.0})")
         tables, store, sink = self._backend.staging()
         for name in priorities:
             if name not in tables:
@@ -268,7 +275,14 @@ class Client:
     def dataset(self, table: str, batch_size: int, *, prefetch: int = 2,
                 num_workers: int = 1, timeout: float | None = None
                 ) -> SampleDataset:
-        """Iterator of ``sample_batch`` results filled by background threads."""
+        """Iterator of ``sample_batch`` results filled by background threads.
+
+        Use it as a context manager (``with client.dataset(...) as ds:``) or
+        call ``close()``; its threads also stop when it is garbage-collected.
+        ``num_workers`` threads sample at once, ``prefetch`` batches wait in
+        its queue, and a finite ``timeout`` ends the iteration when no full
+        batch can be sampled within it.
+        """
         self._backend.table_info(table)
         return SampleDataset(self, table, batch_size, prefetch, num_workers, timeout)
 
@@ -290,7 +304,8 @@ class Client:
         self._backend.reset(table)
 
     def server_info(self, timeout: float | None = None) -> dict[str, TableInfo]:
-        """TableInfo of every table, by name.
+        """TableInfo of every table, by name (a ``dict`` that prints one
+        table a line; ``print()`` it for every table's summary).
 
         With a ``timeout`` (seconds; None or 0 waits no deadline) the call
         waits that long for a server that is not running yet.
@@ -314,7 +329,15 @@ class Client:
                 raise errors.DeadlineExceededError(
                     "ServerInfo call did not complete within provided "
                     f"timeout of {timeout}s")
-        return self._backend.info(timeout)
+        return ServerInfo(self._backend.info(timeout))
+
+    def metrics(self) -> dict[str, float]:
+        """The server's counters as one flat dict for loggers (TensorBoard,
+        W&B): ``table/<name>/inserts``, ``table/<name>/samples``,
+        ``table/<name>/rate_limiter/insert_stall_s``, ``chunk_store/stored_bytes``
+        ... (``fastreplay.metrics`` lists the keys; ``fastreplay.metrics.Meter``
+        adds rates).  Works for a server of another process too."""
+        return self._backend.metrics()
 
     def checkpoint(self) -> str:
         """Write every table to the server's checkpointer; returns the path."""
@@ -344,120 +367,3 @@ def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
         raise ValueError("Can't split non timestep trajectory into timesteps.")
     (length,) = lengths
     return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]
-
-
-#: Threads a dataset may start (a huge count would never finish starting).
-_MAX_WORKERS = 256
-
-
-class SampleDataset:
-    """Iterator of ``(info, data)`` batches, prefetched by worker threads.
-
-    Batches are numpy arrays owned by the consumer (``torch.from_numpy`` and
-    ``jax.numpy.asarray`` take them without a copy).  ``close()`` (or leaving
-    a ``with`` block) stops the workers; iteration ends after ``close`` or
-    when a finite ``timeout`` expires with nothing to sample.
-    """
-
-    def __init__(self, client: Client, table: str, batch_size: int,
-                 prefetch: int, num_workers: int, timeout: float | None) -> None:
-        if batch_size < 1 or prefetch < 1 or num_workers < 1:
-            raise ValueError("batch_size, prefetch and num_workers must be >= 1")
-        if num_workers > _MAX_WORKERS:
-            raise ValueError(f"num_workers ({num_workers}) must be at most "
-                             f"{_MAX_WORKERS} (one thread each)")
-        import queue
-
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
-        self._stop = threading.Event()
-        self._client, self._table = client, table
-        self._batch_size, self._timeout = batch_size, timeout
-        self._workers = [threading.Thread(target=self._work, daemon=True,
-                                          name=f"fastreplay-dataset-{i}")
-                         for i in range(num_workers)]
-        self._done = 0
-        for w in self._workers:
-            w.start()
-
-    def _batch(self) -> Any:
-        """One full batch, sampled in slices of at most 0.1 s so that close()
-        is noticed; parts of a throttled batch are concatenated."""
-        import time
-
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        parts: list[Any] = []
-        need = self._batch_size
-        while need > 0:
-            if self._stop.is_set():
-                raise errors.TableClosedError("dataset closed")
-            wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-            if wait < 0:
-                raise errors.DeadlineExceededError(
-                    f"no full batch of {self._batch_size} within {self._timeout} s"
-                )
-            try:
-                info, data = self._client.sample_batch(self._table, need, timeout=wait)
-            except errors.DeadlineExceededError:
-                continue
-            parts.append((info, data))
-            need -= len(info)
-        if len(parts) == 1:
-            return parts[0]
-        infos = zip(*[p[0] for p in parts], strict=True)
-        info = SampleInfoBatch(*[np.concatenate(f) for f in infos])
-        datas = zip(*[_nest.flatten(p[1]) for p in parts], strict=True)
-        flat = [np.concatenate(cols) for cols in datas]
-        return info, _nest.unflatten_as(parts[0][1], flat)
-
-    def _work(self) -> None:
-        import queue
-
-        item: Any
-        while not self._stop.is_set():
-            try:
-                item = self._batch()
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-                item = exc
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if isinstance(item, BaseException):
-                return
-
-    def __iter__(self) -> SampleDataset:
-        return self
-
-    def __next__(self) -> tuple[SampleInfoBatch, Any]:
-        import queue
-
-        while True:
-            if self._done == len(self._workers):
-                raise StopIteration
-            try:
-                item = self._queue.get(timeout=0.1)
-            except queue.Empty:
-                if self._stop.is_set():
-                    raise StopIteration from None
-                continue
-            if isinstance(item, (errors.DeadlineExceededError,
-                                 errors.TableClosedError)):
-                self._done += 1
-                continue
-            if isinstance(item, BaseException):
-                self.close()
-                raise item
-            return item  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self._stop.set()
-        for w in self._workers:
-            w.join(timeout=5)
-
-    def __enter__(self) -> SampleDataset:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

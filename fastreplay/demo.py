@@ -17,6 +17,7 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 import numpy as np
@@ -24,7 +25,6 @@ import numpy as np
 import fastreplay
 from fastreplay import errors, rate_limiters, selectors
 from fastreplay.bench.workloads import atari_frames
-from fastreplay.table import TableInfo
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -208,16 +208,15 @@ def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str,
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - t0
-        info = table.info
-        stats = server.chunk_store.stats()
+        metrics = server.metrics()
         server.stop()
     if progress is not None:
         _progress(progress, elapsed, cfg, sum(a.steps for a in actors),
-                  learner.samples, info.current_size, "\n")
+                  learner.samples, int(metrics[f"table/{TABLE}/size"]), "\n")
     for t in threads:
         if t.error is not None:
             raise t.error
-    return summarize(cfg, elapsed, info, stats,
+    return summarize(cfg, elapsed, metrics,
                      steps=sum(a.steps for a in actors),
                      items_created=sum(a.items for a in actors),
                      actor_wait_s=sum(a.wait_seconds for a in actors),
@@ -226,16 +225,20 @@ def run_demo(cfg: DemoConfig, progress: TextIO | None = sys.stderr) -> dict[str,
                      peak_rss_bytes=_peak_rss_bytes())
 
 
-def summarize(cfg: DemoConfig, elapsed: float, info: TableInfo,
-              stats: dict[str, Any], *, steps: int, items_created: int,
-              actor_wait_s: float, batches: int, samples: int,
-              priority_updates: int, peak_rss_bytes: int) -> dict[str, Any]:
+def summarize(cfg: DemoConfig, elapsed: float, metrics: Mapping[str, float], *,
+              steps: int, items_created: int, actor_wait_s: float, batches: int,
+              samples: int, priority_updates: int,
+              peak_rss_bytes: int) -> dict[str, Any]:
     """The summary of a run: the actors' and learner's counts with the
-    table's ``info`` and its server's chunk-store ``stats`` at the end."""
+    server's ``metrics()`` at the end (the table's counters and the chunk
+    store's bytes: the same dict a logger gets)."""
     # observation, action, reward, discount
     step_bytes = int(np.prod(cfg.obs_shape)) + 4 + 4 + 4
-    stored_steps = stats["raw_bytes"] / step_bytes
-    limiter = info.rate_limiter_info
+    t = f"table/{TABLE}/"
+    stored, raw = int(metrics["chunk_store/stored_bytes"]), int(
+        metrics["chunk_store/raw_bytes"])
+    stored_steps = raw / step_bytes
+    inserts = int(metrics[t + "inserts"])
     return {
         "duration_s": elapsed,
         "actors": cfg.actors,
@@ -245,24 +248,24 @@ def summarize(cfg: DemoConfig, elapsed: float, info: TableInfo,
         "steps": steps,
         "steps_per_s": steps / elapsed,
         "items_created": items_created,
-        "items_inserted": info.num_inserts,
-        "items_per_s": info.num_inserts / elapsed,
+        "items_inserted": inserts,
+        "items_per_s": inserts / elapsed,
         "batches": batches,
         "samples": samples,
         "samples_per_s": samples / elapsed,
         "priority_updates": priority_updates,
-        "table_size": info.current_size,
-        "evictions": info.num_evictions,
-        "stored_bytes": stats["stored_bytes"],
-        "raw_bytes": stats["raw_bytes"],
+        "table_size": int(metrics[t + "size"]),
+        "evictions": int(metrics[t + "evictions"]),
+        "stored_bytes": stored,
+        "raw_bytes": raw,
         "step_payload_bytes": step_bytes,
-        "stored_bytes_per_step": stats["stored_bytes"] / max(stored_steps, 1.0),
-        "compression_ratio": stats["raw_bytes"] / max(stats["stored_bytes"], 1),
+        "stored_bytes_per_step": stored / max(stored_steps, 1.0),
+        "compression_ratio": metrics["chunk_store/compression_ratio"],
         "actor_wait_s": actor_wait_s,
-        "insert_stall_s": limiter.insert_stats.stall_seconds,
-        "insert_stalls": limiter.insert_stats.blocked,
-        "sample_stall_s": limiter.sample_stats.stall_seconds,
-        "sample_stalls": limiter.sample_stats.blocked,
+        "insert_stall_s": metrics[t + "rate_limiter/insert_stall_s"],
+        "insert_stalls": int(metrics[t + "rate_limiter/insert_stalls"]),
+        "sample_stall_s": metrics[t + "rate_limiter/sample_stall_s"],
+        "sample_stalls": int(metrics[t + "rate_limiter/sample_stalls"]),
         "peak_rss_bytes": peak_rss_bytes,
     }
 

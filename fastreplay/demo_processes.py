@@ -36,6 +36,7 @@ from typing import Any, TextIO
 import fastreplay
 from fastreplay.bench.workloads import atari_frames
 from fastreplay.demo import (
+    TABLE,
     DemoConfig,
     _Actor,
     _Learner,
@@ -383,8 +384,7 @@ def run_demo_processes(cfg: DemoConfig, progress: TextIO | None = sys.stderr
             c.send("stop")
         _wait_until(children, lambda c: c.report is not None, REPORT_TIMEOUT,
                     "stop and report")
-        info = table.info
-        stats = server.chunk_store.stats()
+        metrics = server.metrics()
         grace = REPORT_TIMEOUT  # they are exiting: let them
     except BaseException as exc:
         if progress is not None and isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -404,10 +404,10 @@ def run_demo_processes(cfg: DemoConfig, progress: TextIO | None = sys.stderr
     lr = reports["learner"]
     if progress is not None:
         _progress(progress, elapsed, cfg, sum(r["steps"] for r in actor_reports),
-                  lr["samples"], info.current_size, "\n")
+                  lr["samples"], int(metrics[f"table/{TABLE}/size"]), "\n")
     peaks = {"server": _peak_rss_bytes(),
              **{name: int(r["peak_rss_bytes"]) for name, r in reports.items()}}
-    summary = summarize(cfg, elapsed, info, stats,
+    summary = summarize(cfg, elapsed, metrics,
                         steps=sum(r["steps"] for r in actor_reports),
                         items_created=sum(r["items"] for r in actor_reports),
                         actor_wait_s=sum(r["wait_seconds"] for r in actor_reports),
@@ -416,8 +416,8 @@ def run_demo_processes(cfg: DemoConfig, progress: TextIO | None = sys.stderr
                         peak_rss_bytes=sum(peaks.values()))
     summary.update(
         processes=True, server_address=address,
-        server_counts={"inserts": info.num_inserts, "samples": info.num_samples,
-                       "updates": info.num_updates},
+        server_counts={k: int(metrics[f"table/{TABLE}/{k}"])
+                       for k in ("inserts", "samples", "updates")},
         pids={"server": os.getpid(), **{c.name: c.pid for c in children}},
         peak_rss_by_process=peaks)
     return summary

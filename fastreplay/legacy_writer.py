@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any
 
 import numpy as np
 
-from fastreplay import _core, _nest
+from fastreplay import _core, _nest, errors
 from fastreplay.chunkers import ConstantChunkerOptions
 from fastreplay.table import Table
 from fastreplay.writer import TrajectoryWriter
@@ -123,11 +124,19 @@ class Writer:
         if self._num_tensors is not None and len(flat) != self._num_tensors:
             raise ValueError(
                 "Number of tensors per timestep was inconsistent. Previously it "
-                f"was {self._num_tensors}, but is now {len(flat)}.")
+                f"was {self._num_tensors}, but is now {len(flat)}."
+                + _field_difference(self._structure, nest))
         if any(value is None for value in flat):
-            raise ValueError("Append called with a None value at flattened index "
-                             f"{next(i for i, v in enumerate(flat) if v is None)}.")
-        self._writer.append(flat)
+            i = next(i for i, v in enumerate(flat) if v is None)
+            raise ValueError(
+                f"Append called with a None value at flattened index {i} "
+                f"(field {_paths(nest)[i]!r}). The legacy Writer needs a value "
+                "for every field of every step; use client.trajectory_writer "
+                "for steps with missing fields.")
+        try:
+            self._writer.append(flat)
+        except errors.InvalidArgumentError as exc:
+            raise _with_field(exc, nest) from None
         if self._num_tensors is None:  # items are packed like the first step
             self._structure = _nest.map_structure(lambda _: None, nest)
         self._num_tensors = len(flat)
@@ -193,17 +202,25 @@ class Writer:
         self._check_open("CreateItem")
         if num_timesteps > self._num_steps:
             raise ValueError("Argument `num_timesteps` is larger than number of "
-                             "buffered timesteps.")
+                             f"buffered timesteps (num_timesteps={num_timesteps}, "
+                             f"{self._num_steps} appended, table '{table}'): "
+                             "append more steps first or create the item over "
+                             "fewer steps.")
         if num_timesteps > self._max_sequence_length:
-            raise ValueError("`num_timesteps` must be <= `max_timesteps`")
+            raise ValueError("`num_timesteps` must be <= `max_timesteps` "
+                             f"(num_timesteps={num_timesteps}, max_sequence_length="
+                             f"{self._max_sequence_length}, table '{table}'): "
+                             "create the writer with client.writer("
+                             f"max_sequence_length={num_timesteps}).")
         if math.isnan(float(priority)):
-            raise ValueError("`priority` must not be nan.")
+            raise ValueError(f"`priority` must not be nan. (table '{table}')")
         history = self._writer.history
         trajectory = [history[i][-num_timesteps:] for i in range(len(history))]
         target = self._tables.get(table)
         if target is None:
             raise ValueError(f"Unable to create item in table '{table}' since the "
-                             "table could not be found.")
+                             "table could not be found. This writer's tables "
+                             f"are: {', '.join(sorted(self._tables))}.")
         if target.signature is not None:
             check_step_signature(table, target.signature, trajectory, num_timesteps)
         return _nest.unflatten_as(self._structure, trajectory)
@@ -235,6 +252,36 @@ class Writer:
         """Close without inserting what is still pending."""
         self._closed = True
         self._writer.close()
+
+
+def _paths(nest: Any) -> list[tuple[Any, ...]]:
+    return [p for p, _ in _nest.flatten_with_path(nest)]
+
+
+def _field_difference(structure: Any, nest: Any) -> str:
+    """' Missing field(s): ... Unexpected field(s): ...' between the first
+    step's structure and ``nest`` (for messages)."""
+    want, got = _paths(structure), _paths(nest)
+    missing = [p for p in want if p not in got]
+    extra = [p for p in got if p not in want]
+    text = ""
+    if missing:
+        text += f" Missing field(s): {', '.join(map(repr, missing))}."
+    if extra:
+        text += f" Unexpected field(s): {', '.join(map(repr, extra))}."
+    return text + " Every step must have the fields of the first one."
+
+
+def _with_field(exc: Exception, nest: Any) -> Exception:
+    """``exc`` (naming the flat column ``(i,)``) with the step field it is."""
+    match = re.search(r"column \((\d+),\)", str(exc))
+    paths = _paths(nest)
+    if match is None or int(match.group(1)) >= len(paths):
+        return exc
+    path = paths[int(match.group(1))]
+    return type(exc)(f"{exc} (column ({match.group(1)},) is step field {path!r}; "
+                     "every step's field must keep the dtype and shape of the "
+                     "first step's)")
 
 
 def _spec_dtype(spec: Any) -> np.dtype[Any]:

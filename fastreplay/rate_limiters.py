@@ -163,7 +163,10 @@ class SampleToInsertRatio(RateLimiter):
             raise ValueError(
                 "The size of error_buffer must be >= 2 * max(1.0, samples_per_insert) "
                 "as smaller values could completely block samples and/or insert "
-                "calls."
+                f"calls. Got min_diff={min_diff:g}, max_diff={max_diff:g}; use "
+                f"error_buffer >= {max(1.0, samples_per_insert):g} (a scalar "
+                "error_buffer e allows min_size_to_sample * samples_per_insert "
+                "+- e)."
             )
         if max_diff < samples_per_insert * min_size_to_sample:
             _log.warning(

@@ -11,16 +11,21 @@ sampling after ``add_batch`` is as fast as after ``add``.  Sampling gathers
 from __future__ import annotations
 
 import math
+import operator
+import os
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _core, rate_limiters, selectors
+from fastreplay import _core, _rb_persist, errors, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
+from fastreplay._nstep import nstep_from_args
+from fastreplay._rb_fields import (SEP, FieldLayout, field_difference, mismatch,
+                                   parse_spec, priority_error, rows_error)
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -29,6 +34,13 @@ __all__ = ["ReplayBuffer"]
 #: The chunker options of a writer of one-step items (num_keep_alive_refs=1,
 #: auto-tuned): compressed fields get one row per chunk, as with ``add``.
 _KEEP_ALIVE = 1
+
+
+def _batch_of_one(value: Any) -> Any:
+    """A value (or a dict of them) with a leading batch axis of 1."""
+    if isinstance(value, Mapping):
+        return {k: _batch_of_one(v) for k, v in value.items()}
+    return np.asarray(value)[None]
 
 
 class ReplayBuffer:
@@ -59,13 +71,43 @@ class ReplayBuffer:
         cpprb's ``stack_compress``: fields (and their ``next_`` fields)
         whose last axis is a stack of frames sliding by one per step; each
         frame is stored once and ``sample`` rebuilds the stacks.
+    n_step : int, optional
+        Store n-step transitions (cpprb's ``Nstep``): the reward field
+        (``rew`` or ``reward``) becomes ``r_t + gamma r_{t+1} + ...`` over up
+        to ``n_step`` steps, the ``next_*`` fields and ``done`` come from the
+        window's last step.  A window stops at a step whose ``done`` is set;
+        call ``on_episode_end()`` when an episode ends to store the last
+        ``n_step - 1`` transitions (windows cut short).  ``add`` and
+        ``add_batch`` take consecutive steps of one episode stream.
+    gamma : float
+        The n-step discount (default 0.99).
+    Nstep : dict, optional
+        cpprb's form, ``{"size": n, "gamma": g, "rew": "rew", "next":
+        "next_obs"}`` (``"done"`` names the done field, default ``"done"``;
+        ``"discount": "name"`` adds a float32 field ``gamma ** k``, or 0 at a
+        done, the bootstrap factor of each k-step window, right also for
+        windows an episode's end cut short); as in cpprb, fields it does not
+        name are neither summed nor shifted.
     """
 
     def __init__(self, capacity: int, *, alpha: float | None = None,
                  seed: int | None = None, min_size: int = 1,
                  compression: str | None | Mapping[str, str | None] = "auto",
                  next_of: str | Sequence[str] | None = None,
-                 stack_compress: str | Sequence[str] | None = None) -> None:
+                 stack_compress: str | Sequence[str] | None = None,
+                 n_step: int | None = None, gamma: float = 0.99,
+                 Nstep: Mapping[str, Any] | None = None,
+                 spec: Mapping[str, Any] | None = None,
+                 env_dict: Mapping[str, Any] | None = None) -> None:
+        if type(capacity) is not int or capacity < 1:
+            capacity = _positive("capacity", capacity, "ReplayBuffer(100_000)")
+        # n-step transitions are made before anything is stored (_nstep.py)
+        self._nstep = nstep_from_args(n_step, gamma, Nstep)
+        #: the arguments ``save`` records and ``load`` passes back
+        self._config = _rb_persist.config_of(
+            capacity=capacity, alpha=alpha, min_size=min_size,
+            compression=compression, next_of=next_of, stack_compress=stack_compress,
+            n_step=n_step, gamma=gamma, Nstep=Nstep)
         if isinstance(compression, Mapping):
             self._compression = {str(k): compression_mode(v, f"field {k!r}")
                                  for k, v in compression.items()}
@@ -96,6 +138,66 @@ class ReplayBuffer:
         self._frames = (FrameFields(nexts, stacks, self._compression,
                                     self._default_compression)
                         if nexts or stacks else None)
+        self._layout = FieldLayout()
+        self._layout = self._declare(spec, env_dict, nexts + stacks)
+
+    def _declare(self, spec: Mapping[str, Any] | None,
+                 env_dict: Mapping[str, Any] | None,
+                 frame_fields: tuple[str, ...]) -> FieldLayout:
+        """The field layout of ``spec`` / ``env_dict``; a fully declared
+        buffer without frame streams gets its compiled add path now."""
+        parsed = parse_spec(spec, env_dict)
+        if parsed is None:
+            return FieldLayout()
+        leaves, paths = parsed
+        for x in (self._frames.next_of if self._frames is not None else ()):
+            nxt = f"next_{x}"
+            if x in leaves and nxt not in leaves:  # declared with its source
+                leaves[nxt], paths[nxt] = leaves[x], (nxt,)
+        nested = sorted(k for k in frame_fields if k not in leaves and any(
+            n.startswith(k + SEP) for n in leaves))
+        if nested:
+            raise ValueError(f"next_of / stack_compress fields {nested} are nested "
+                             "in the spec; they must be arrays")
+        layout = self._layout = FieldLayout(dict(sorted(leaves.items())), paths)
+        unknown = sorted(set(self._compression) - set(leaves) - layout.tops)
+        if unknown:
+            raise ValueError(f"compression names fields {unknown} that the spec lacks "
+                             f"(fields: {sorted(leaves)})")
+        if self._frames is None:
+            names = sorted(leaves)
+            self._fields = names
+            self._specs = [leaves[k] for k in names]
+            self._set_plan(names, [np.zeros(shape, dt) for dt, shape in self._specs])
+        return layout
+
+    def _mode(self, name: str) -> int:
+        """A column's compression: its own entry, its top-level field's
+        (a dict field), or the default."""
+        mode = self._compression.get(name)
+        if mode is None and SEP in name:
+            mode = self._compression.get(self._layout.paths.get(name, (name,))[0])
+        return self._default_compression if mode is None else mode
+
+    def _set_plan(self, names: list[str], rows: list[np.ndarray]) -> None:
+        """``add``'s compiled path for rows like ``rows``."""
+        paths = [repr(self._layout.paths.get(k, (k,))) for k in names]
+        modes = [self._mode(k) for k in names]
+        self._paths, self._field_set = paths, set(names)
+        self._plan = _core.RowPlan(paths, rows, modes)
+
+    def _retry_row(self, transition: dict[str, Any], prio: float) -> bool:
+        """``add``'s compiled path after converting to the declared specs
+        (False: the general path reports what does not fit)."""
+        try:
+            values = self._layout.conform(transition, 0)
+        except ValueError:
+            return False
+        names = self._fields
+        assert names is not None
+        return bool(_core.insert_row(self._table._core, self._store, self._plan,
+                                     self._keys, self._paths,
+                                     [values[k] for k in names], prio))
 
     @property
     def capacity(self) -> int:
@@ -121,95 +223,127 @@ class ReplayBuffer:
     def add(self, *, priority: float | None = None, **transition: Any) -> None:
         """Add one transition: ``add(obs=o, action=a, reward=r, ...)``.
 
-        The first call fixes the field names; a prioritized buffer gives new
-        transitions ``priority`` or else the largest priority seen so far.
+        The first call fixes the field names (and, without a ``spec``, their
+        dtypes and shapes); a prioritized buffer gives new transitions
+        ``priority`` or else the largest priority seen so far.
         """
-        plan, names = self._plan, self._fields
-        values = None
-        if plan is not None and names is not None and len(transition) == len(names):
-            try:  # the same count and every name: the same fields
-                values = list(map(transition.__getitem__, names))
-            except KeyError:
-                pass
-        if values is not None:
-            # The compiled path: one row as given, checked against the
-            # first insert's specs (anything else takes the general path).
-            prio = (float(priority) if priority is not None else
-                    self._max_priority if self._prioritized else 1.0)
-            if _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                self._paths, values, prio):
-                if priority is not None:
-                    self._max_priority = max(self._max_priority, prio)
+        try:
+            if self._layout.nested:
+                transition = self._layout.flatten(transition)[0]
+            if self._nstep is not None:  # one step of the n-step stream
+                self._add_nstep(self._nstep.add_one(transition, priority))
                 return
-        batch: dict[str, Any] = {k: np.asarray(v)[None] for k, v in transition.items()}
-        self.add_batch(priorities=None if priority is None else [priority], **batch)
+            plan, names = self._plan, self._fields
+            values = None
+            if plan is not None and names is not None and len(transition) == len(names):
+                try:  # the same count and every name: the same fields
+                    values = list(map(transition.__getitem__, names))
+                except KeyError:
+                    pass
+            if values is not None:
+                # The compiled path: one row as given, checked against the
+                # first insert's specs (anything else takes the general path).
+                prio = (float(priority) if priority is not None else
+                        self._max_priority if self._prioritized else 1.0)
+                if _core.insert_row(self._table._core, self._store, plan, self._keys,
+                                    self._paths, values, prio):
+                    if priority is not None:
+                        self._max_priority = max(self._max_priority, prio)
+                    return
+                if self._layout.declared is not None and self._retry_row(transition, prio):
+                    if priority is not None:
+                        self._max_priority = max(self._max_priority, prio)
+                    return
+            batch: dict[str, Any] = {k: _batch_of_one(v) for k, v in transition.items()}
+            self.add_batch(priorities=None if priority is None else [priority], **batch)
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
 
     def add_batch(self, *, priorities: npt.ArrayLike | None = None,
                   timeout: float | None = None, **transitions: Any) -> None:
-        """Add N transitions at once: every field has a leading axis N."""
-        if self._frames is not None:
-            self._add_frames(priorities, timeout, transitions)
-            return
-        plan, names = self._plan, self._fields
-        if (plan is not None and names is not None
-                and transitions.keys() == self._field_set):
-            # The compiled path: fields as given, checked against the first
-            # insert's specs in C (anything else takes the general path).
-            prios = (None if priorities is None else
-                     np.asarray(priorities, dtype=np.float64).reshape(-1))
-            done = _core.insert_batch(
-                self._table._core, self._store, plan, self._keys, self._paths,
-                [transitions[k] for k in names], prios,
-                self._max_priority if self._prioritized else 1.0, timeout)
-            if done >= 0:
-                if prios is not None and len(prios):
-                    self._max_priority = max(self._max_priority, float(prios.max()))
-                return
-        names = sorted(transitions)
-        if not names:
-            raise ValueError("add needs at least one field")
-        if self._fields is not None and names != self._fields:
-            raise ValueError(f"fields {names} differ from the buffer's {self._fields}")
-        unknown = sorted(set(self._compression) - set(names))
-        if unknown:
-            raise ValueError(f"compression names fields {unknown} that the transitions "
-                             f"lack (fields: {names})")
-        values = [np.asarray(transitions[k]) for k in names]
-        specs = [(v.dtype, v.shape[1:]) for v in values]
-        if self._specs is not None and specs != self._specs:
-            for name, got, want in zip(names, specs, self._specs, strict=False):
-                if got != want:
-                    raise ValueError(
-                        f"field {name!r}: rows of dtype {got[0]} and shape {got[1]} "
-                        f"differ from the buffer's {want[0]} {want[1]}")
-        n = len(values[0])
-        if priorities is None:
-            prios = np.full(n, self._max_priority if self._prioritized else 1.0)
-        else:
-            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        with self._lock:  # keys and chunk keys stay unique across threads
-            key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
-            keys = np.arange(key, key + n, dtype=np.uint64)
-            first = self._fields is None
-            if first:  # set before rows can be sampled; undone if none land
-                self._fields, self._specs = names, specs
-        paths = [f"({k!r},)" for k in names]
-        modes = [self._compression.get(k, self._default_compression) for k in names]
+        """Add N transitions at once: every field has a leading axis N (a
+        dict field: each of its leaves)."""
         try:
-            done = _core.insert_rows(self._table._core, self._store, paths, values,
-                                     keys, prios, chunk_key, timeout, _KEEP_ALIVE,
-                                     None, modes)
-        except BaseException:
-            with self._lock:
-                if first and len(self._table) == 0:
-                    self._fields = self._specs = None
-            raise
-        if first and done and self._plan is None:  # add's compiled path from now on
-            self._paths, self._field_set = paths, set(names)
-            self._plan = _core.RowPlan(paths, [v[0] for v in values], modes)
-        # Only a successful insert raises the default priority.
-        if priorities is not None and len(prios):
-            self._max_priority = max(self._max_priority, float(prios.max()))
+            layout = self._layout
+            if layout.nested:
+                transitions = layout.flatten(transitions)[0]
+            if self._nstep is not None:  # N consecutive steps -> finished transitions
+                ready = self._nstep.add(transitions, priorities)
+                if ready is None:
+                    return
+                transitions, priorities = self._nstep_ready(ready)
+            if self._frames is not None:
+                flat, fpaths = layout.flatten(transitions)
+                nested = sorted(k for k, p in fpaths.items() if len(p) > 1)
+                if nested:
+                    raise ValueError(f"fields {nested} are nested, which a buffer with "
+                                     "next_of / stack_compress does not support")
+                self._add_frames(priorities, timeout, layout.conform(flat, 1))
+                return
+            plan, names = self._plan, self._fields
+            if (plan is not None and names is not None
+                    and transitions.keys() == self._field_set):
+                # The compiled path: fields as given, checked against the first
+                # insert's specs in C (anything else takes the general path).
+                prios = (None if priorities is None else
+                         np.asarray(priorities, dtype=np.float64).reshape(-1))
+                done = _core.insert_batch(
+                    self._table._core, self._store, plan, self._keys, self._paths,
+                    [transitions[k] for k in names], prios,
+                    self._max_priority if self._prioritized else 1.0, timeout)
+                if done >= 0:
+                    if prios is not None and len(prios):
+                        self._max_priority = max(self._max_priority, float(prios.max()))
+                    return
+            flat, fpaths = layout.flatten(transitions)
+            flat = layout.conform(flat, 1)
+            names = sorted(flat)
+            if not names:
+                raise ValueError("add needs at least one field")
+            if self._fields is not None and names != self._fields:
+                raise field_difference(names, self._fields)
+            unknown = sorted(set(self._compression) - set(names) - layout.tops
+                             - {fpaths[k][0] for k in names})
+            if unknown:
+                raise ValueError(f"compression names fields {unknown} that the transitions "
+                                 f"lack (fields: {names})")
+            values = [np.asarray(flat[k]) for k in names]
+            specs = [(v.dtype, v.shape[1:]) for v in values]
+            if self._specs is not None and specs != self._specs:
+                raise mismatch(names, specs, self._specs, self._layout.declared is None)
+            n = len(values[0])
+            if priorities is None:
+                prios = np.full(n, self._max_priority if self._prioritized else 1.0)
+            else:
+                prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            with self._lock:  # keys and chunk keys stay unique across threads
+                key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
+                keys = np.arange(key, key + n, dtype=np.uint64)
+                first = self._fields is None
+                if first:  # set before rows can be sampled; undone if none land
+                    self._fields, self._specs = names, specs
+                    layout.learn({k: fpaths[k] for k in names})
+            paths = [repr(layout.paths.get(k, (k,))) for k in names]
+            modes = [self._mode(k) for k in names]
+            try:
+                done = _core.insert_rows(self._table._core, self._store, paths, values,
+                                         keys, prios, chunk_key, timeout, _KEEP_ALIVE,
+                                         None, modes)
+            except BaseException:
+                with self._lock:
+                    if first and len(self._table) == 0:
+                        self._fields = self._specs = None
+                        layout.learn({})
+                raise
+            if first and done and self._plan is None:  # add's compiled path from now on
+                self._set_plan(names, [v[0] for v in values])
+            # Only a successful insert raises the default priority.
+            if priorities is not None and len(prios):
+                self._max_priority = max(self._max_priority, float(prios.max()))
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
+        except ValueError as exc:
+            raise rows_error(exc, transitions) from None
 
     def _add_frames(self, priorities: npt.ArrayLike | None, timeout: float | None,
                     transitions: dict[str, Any]) -> None:
@@ -235,36 +369,155 @@ class ReplayBuffer:
             self._max_priority = max(self._max_priority, float(prios.max()))
 
     def on_episode_end(self) -> None:
-        """cpprb's episode-end call, accepted for drop-in use; nothing to do
-        (episode starts are found by comparing values)."""
+        """cpprb's episode-end call.  With ``n_step`` it stores the episode's
+        last transitions (their windows cut at the end); otherwise there is
+        nothing to do (episode starts are found by comparing values)."""
+        if self._nstep is not None:
+            self._add_nstep(self._nstep.flush())
+
+    def _add_nstep(self, ready: Any) -> None:
+        """Insert finished n-step transitions (if any) as they are."""
+        if ready is None:
+            return
+        transitions, priorities = self._nstep_ready(ready)
+        nstep, self._nstep = self._nstep, None  # n-step buffers take one stream
+        try:
+            self.add_batch(priorities=priorities, **transitions)
+        finally:
+            self._nstep = nstep
+
+    def _nstep_ready(self, ready: Any) -> tuple[dict[str, Any], Any]:
+        """n-step transitions and priorities (the default where none was
+        given) for add_batch."""
+        transitions, prios = ready
+        if prios is not None:  # the default counts the priorities just given
+            default = (max(self._max_priority, float(np.nanmax(prios)))
+                       if self._prioritized else 1.0)
+            prios = np.where(np.isnan(prios), default, prios)
+        return transitions, prios
 
     def sample(self, batch_size: int, beta: float = 0.4, *,
-               timeout: float | None = None) -> dict[str, np.ndarray]:
-        """Sample a batch: each field ``[batch_size, *shape]`` plus
-        ``indexes`` (keys for ``update_priorities``), ``weights`` (importance
-        weights with exponent ``beta``; ones for a uniform buffer) and
-        ``probabilities``."""
+               timeout: float | None = 0.0) -> dict[str, Any]:
+        """Sample a batch: each field ``[batch_size, *shape]`` (a dict field
+        nested as added) plus ``indexes`` (keys for ``update_priorities``),
+        ``weights`` (float32 importance weights with exponent ``beta``,
+        normalized to a maximum of 1; ones for a uniform buffer) and
+        ``probabilities`` (float64, each row's sampling probability).
+
+        With fewer than ``min_size`` transitions stored, the default
+        ``timeout=0`` raises ``FailedPreconditionError`` (a RuntimeError) at
+        once; ``timeout=t`` waits up to t seconds for other threads to add
+        (then ``DeadlineExceededError``, a TimeoutError) and ``timeout=None``
+        waits as long as it takes.
+        """
         beta = float(beta)
         if not (beta >= 0 and math.isfinite(beta)):
             raise ValueError(f"beta ({beta}) must be finite and >= 0")
+        if type(batch_size) is not int or batch_size < 1:
+            batch_size = _positive("batch_size", batch_size, "rb.sample(256)")
+        n = self._table._num_samples(batch_size)
+        if timeout == 0 and not self._table._core.can_sample(n):
+            raise errors.FailedPreconditionError(
+                f"ReplayBuffer.sample: {len(self)} transitions stored, fewer than "
+                f"min_size={self._config['min_size']}; add more first, or pass "
+                "timeout= (seconds, None: forever) to wait for other threads to add")
         keys, probs, prios, times, sizes, columns, *_ = self._table._core.sample_batch(
-            self._table._num_samples(batch_size), timeout
-        )
+            n, timeout)
         assert self._fields is not None
-        out = dict(zip(self._fields, columns, strict=False))
+        out: dict[str, Any] = dict(zip(self._fields, columns, strict=False))
+        if self._layout.nested:
+            out = self._layout.unflatten(out)
         out["indexes"] = keys
         out["probabilities"] = probs
         if self._prioritized:
             w = (sizes * probs) ** -beta
-            out["weights"] = w / w.max()
+            out["weights"] = (w / w.max()).astype(np.float32)
         else:
-            out["weights"] = np.ones(len(keys))
+            out["weights"] = np.ones(len(keys), np.float32)
         return out
 
     def update_priorities(self, indexes: npt.ArrayLike, priorities: npt.ArrayLike
                           ) -> None:
         """Set new priorities; keys of transitions already evicted are ignored."""
-        prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        self._table.update_priorities(indexes, prios)
-        if len(prios):
-            self._max_priority = max(self._max_priority, float(prios.max()))
+        try:
+            prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            self._table.update_priorities(indexes, prios)
+            if len(prios):
+                self._max_priority = max(self._max_priority, float(prios.max()))
+        except errors.InvalidPriorityError as exc:
+            raise priority_error(exc) from None
+
+    # ----- persistence (fastreplay._rb_persist) -----
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write the whole buffer to the directory ``path``; returns its
+        absolute path.  ``ReplayBuffer.load(path)`` gives it back.
+
+        Everything is kept: the constructor arguments (capacity, alpha,
+        min_size, compression, next_of, stack_compress, spec), the fields
+        and their dtypes and shapes, every stored transition in insertion
+        order (so FIFO eviction goes on where it was) with its key
+        (``indexes`` sampled before still work in ``update_priorities``),
+        priority and sample count, and the largest priority.  Not kept: the
+        position of the sampling generator (``load`` seeds a new one).
+
+        The directory is a fastreplay checkpoint (``checkpointers``), written
+        under a temporary name, fsynced and renamed into place; an earlier
+        save at ``path`` is replaced, anything else there raises
+        ``FileExistsError``.  Do not add from other threads while saving.
+        """
+        return _rb_persist.save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, seed: int | None = None
+             ) -> ReplayBuffer:
+        """A new buffer equal to the one ``save`` wrote to ``path``, ready
+        to add, sample and update priorities; ``seed`` seeds its sampling
+        generator (random when None).
+
+        Everything is verified before anything is built: a truncated,
+        corrupted or forged directory raises ``DataLossError``, a path that
+        holds a Server checkpoint rather than a buffer ``ValueError``.
+        """
+        return _rb_persist.load(cls, path, seed)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickling (and ``copy.deepcopy``) carries the files of ``save``:
+        the copy is a new, independent buffer with a new sampling seed."""
+        return _rb_persist.reduce(self)
+
+    def save_transitions(self, file: str | os.PathLike[str] | IO[bytes], *,
+                         safe: bool = True) -> None:
+        """cpprb's ``save_transitions``: the stored transitions (oldest
+        first, each column as added) and, for a prioritized buffer, their
+        priorities, to a ``.npz`` file of plain arrays readable with
+        ``np.load`` (no pickle).  ``safe`` is accepted for cpprb's sake;
+        the file is always this portable form."""
+        _rb_persist.save_transitions(self, file, safe)
+
+    def load_transitions(self, file: str | os.PathLike[str] | IO[bytes], *,
+                         allow_pickle: bool = False) -> None:
+        """cpprb's ``load_transitions``: append the transitions of a
+        ``save_transitions`` file through ``add_batch`` (with their
+        priorities when both buffers are prioritized).
+
+        Files written by cpprb's ``save_transitions`` (safe=True, or
+        without next_of) load too, but cpprb pickles them: pass
+        ``allow_pickle=True`` only for a file you trust.  Their ``(N, 1)``
+        scalar columns and float32 defaults are fitted to this buffer's
+        fields (declare them with ``spec=`` when the buffer is empty).
+        """
+        _rb_persist.load_transitions(self, file, allow_pickle)
+
+
+def _positive(name: str, value: Any, example: str) -> int:
+    """``value`` as a positive int, or an error naming ``name``."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"ReplayBuffer {name} must be an int, got "
+                        f"{type(value).__name__} {value!r:.40} (e.g. {example})") from None
+    if number < 1:
+        raise ValueError(f"ReplayBuffer {name} ({number}) must be a positive integer "
+                         f"(e.g. {example})")
+    return number

@@ -21,6 +21,7 @@ __all__ = [
     "KeyDistributionOptions",
     "RateLimiterCallStats",
     "RateLimiterInfo",
+    "ServerInfo",
     "TableInfo",
     "TableWorkerTime",
 ]
@@ -292,3 +293,97 @@ class TableInfo:
     num_expired: int = 0
     #: fastreplay's: the table's default column compression (Table.compression)
     compression: str | None = "auto"
+
+    # ----- reading it -----
+
+    def _described(self) -> tuple[str, str, str]:
+        """(sampler, remover, rate limiter) in table-spec syntax."""
+        from fastreplay.table_spec import describe_rate_limiter, describe_selector
+
+        sampler = describe_selector(self.sampler_options)
+        remover = describe_selector(self.remover_options)
+        return sampler, remover, describe_rate_limiter(self.rate_limiter_info,
+                                                       sampler)
+
+    def __repr__(self) -> str:
+        """One line: the name, the size, the selectors and rate limiter (in
+        ``fastreplay serve`` table-spec syntax) and the main counters.  Every
+        field stays readable as an attribute; ``str()`` shows them all."""
+        sampler, remover, limiter = self._described()
+        return (f"TableInfo(name={self.name!r}, current_size={self.current_size}, "
+                f"max_size={self.max_size}, sampler={sampler!r}, "
+                f"remover={remover!r}, rate_limiter={limiter!r}, "
+                f"num_inserts={self.num_inserts}, num_samples={self.num_samples})")
+
+    def __str__(self) -> str:
+        """A multi-line summary, one topic a line."""
+        sampler, remover, limiter = self._described()
+        rl = self.rate_limiter_info
+        times = self.max_times_sampled
+        signature = "none" if self.signature is None else _shorten(
+            _spec_text(self.signature), 100)
+
+        def calls(stats: RateLimiterCallStats) -> str:
+            return (f"{stats.blocked:,} of {stats.completed:,} calls "
+                    f"({stats.stall_seconds:.2f} s)")
+
+        rows = [
+            ("size", f"{self.current_size:,} / {self.max_size:,} items from "
+                     f"{_count(self.num_episodes, 'episode')} "
+                     f"({self.num_deleted_episodes:,} deleted)"),
+            ("sampler", sampler),
+            ("remover", remover),
+            ("max_times_sampled", f"{times:,}" if times > 0 else "unlimited"),
+            ("rate limiter", limiter),
+            ("  inserts waited", calls(rl.insert_stats)),
+            ("  samples waited", calls(rl.sample_stats)),
+            ("inserts", f"{self.num_inserts:,}"),
+            ("samples", f"{self.num_samples:,} ({self.num_unique_samples:,} "
+                        "unique items)"),
+            ("updates", f"{self.num_updates:,}"),
+            ("removed", f"{self.num_deletes:,} deleted, {self.num_evictions:,} "
+                        f"evicted, {self.num_expired:,} expired"),
+            ("compression", str(self.compression)),
+            ("signature", signature),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join([f"TableInfo {self.name!r}"]
+                         + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+
+def _spec_text(spec: Any) -> str:
+    """A signature as ``{'obs': uint8[84, 84, 4], ...}`` (leaves with a
+    shape and dtype shown by them, other leaves by their one-line repr)."""
+    if isinstance(spec, dict):
+        return "{" + ", ".join(f"{k!r}: {_spec_text(v)}" for k, v in spec.items()) + "}"
+    if isinstance(spec, (list, tuple)):
+        inner = ", ".join(_spec_text(v) for v in spec)
+        return f"[{inner}]" if isinstance(spec, list) else f"({inner})"
+    shape, dtype = getattr(spec, "shape", None), getattr(spec, "dtype", None)
+    if shape is not None and dtype is not None:
+        name = getattr(dtype, "name", None) or str(dtype)
+        return f"{name}{list(shape)}"
+    return " ".join(repr(spec).split())
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+class ServerInfo(dict[str, TableInfo]):
+    """``Client.server_info()``: a plain ``dict`` of table name ->
+    ``TableInfo`` that prints readably (``repr``: one table a line;
+    ``str``: each table's multi-line summary)."""
+
+    def __repr__(self) -> str:
+        if not self:
+            return "{}"
+        lines = [f"{name!r}: {info!r}" for name, info in self.items()]
+        return "{" + ",\n ".join(lines) + "}"
+
+    def __str__(self) -> str:
+        return "\n\n".join(str(info) for info in self.values())

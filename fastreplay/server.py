@@ -49,6 +49,11 @@ def lookup(port: int) -> Server | None:
 class Server:
     """Tables served in this process.
 
+    ``stop()`` (or leaving a ``with Server(...)`` block) closes the tables
+    and the port; so does dropping the last reference to the server (a
+    ``Client`` of this process made for it, e.g. ``localhost_client()``,
+    keeps it alive).
+
     Parameters
     ----------
     tables : iterable of Table
@@ -79,6 +84,13 @@ class Server:
         tables = list(tables)
         if not tables:
             raise ValueError("At least one table must be provided")
+        for i, t in enumerate(tables):
+            if not isinstance(t, Table):
+                raise TypeError(
+                    f"Server tables must be fastreplay.Table objects, but entry {i} "
+                    f"is {type(t).__name__} {t!r}: build it with e.g. "
+                    "Table('name', selectors.Uniform(), selectors.Fifo(), 1000, "
+                    "rate_limiters.MinSize(1)) or Table.queue('name', 1000).")
         names = [t.name for t in tables]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -135,6 +147,18 @@ class Server:
     def checkpoint(self) -> str:
         """Write every table to the checkpointer; returns the path."""
         return str(self._checkpointer_for_save().save(self._tables, self._store))
+
+    def metrics(self) -> dict[str, float]:
+        """Every table's counters and the chunk store's bytes as one flat
+        dict for loggers (``table/<name>/inserts``, ``chunk_store/stored_bytes``
+        ...; ``fastreplay.metrics`` lists the keys)."""
+        from fastreplay.metrics import chunk_store_metrics
+
+        out: dict[str, float] = {}
+        for table in self._tables.values():
+            out.update(table.metrics())
+        out.update(chunk_store_metrics(self._store.stats()))
+        return out
 
     def localhost_client(self) -> Client:
         from fastreplay.client import Client

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from fastreplay import _core, _nest, _structures, errors
 from fastreplay._structured_config import (
     Condition,
@@ -109,6 +111,7 @@ class StructuredWriter(_core._StructuredBase):
         self._sink = sink  # as TrajectoryWriter's
         self._seed = secrets.randbits(64) if seed is None else int(seed) % 2**64
         self._plan = None
+        self._paths: list[tuple[Any, ...]] = []
         self._sw = None
         self._closed = False
         self._start_lock = threading.Lock()  # first appends of several threads
@@ -116,6 +119,7 @@ class StructuredWriter(_core._StructuredBase):
     def _start(self, data: Any, flat: list[Any]) -> None:
         """Compile the plan on the first append, when the step is known."""
         paths = [p for p, _ in _nest.flatten_with_path(data)]
+        _check_first_step(self._configs, paths, flat)
         for i, config in enumerate(self._configs):
             sources = [n.flat_source_index for n in config.flat] + [
                 c.flat_source_index for c in config.conditions
@@ -158,6 +162,7 @@ class StructuredWriter(_core._StructuredBase):
             table = self._tables[config.table]
             compiled.append((table._core, nodes, conds, *fn,
                              _structures.intern(config.pattern_structure)))
+        self._paths = paths  # the step's field paths, for messages
         self._sw = _core.StructuredCore(core, len(flat), stored, data_sources, compiled)
         self._plan = _core.FlattenPlan(_nest.map_structure(lambda _: None, data),
                                        {p: i for i, p in enumerate(paths)})
@@ -170,6 +175,9 @@ class StructuredWriter(_core._StructuredBase):
             with self._start_lock:
                 if self._sw is None:
                     self._start(data, flat)
+        paths = [p for p, _ in _nest.flatten_with_path(data)]
+        if paths != self._paths:
+            _raise_structure_change(paths, self._paths)
         return flat
 
     @property
@@ -225,6 +233,66 @@ class StructuredWriter(_core._StructuredBase):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None and not self._closed:
             self.flush()
+
+
+def _raise_structure_change(got: list[tuple[Any, ...]],
+                            want: list[tuple[Any, ...]]) -> None:
+    """ValueError for a step whose fields differ from the first step's,
+    naming the missing and unexpected field paths (Reverb's length message
+    first when the lengths differ)."""
+    missing = [p for p in want if p not in set(got)]
+    extra = [p for p in got if p not in set(want)]
+    parts = []
+    if len(got) != len(want):
+        parts.append(f"Flattened data has an unexpected length, got {len(got)} "
+                     f"but wanted {len(want)}.")
+    else:
+        parts.append("The step's fields differ from the first step's.")
+    if missing:
+        parts.append(f"Missing field(s): {', '.join(map(repr, missing))}.")
+    if extra:
+        parts.append(f"Unexpected field(s): {', '.join(map(repr, extra))}.")
+    if not missing and not extra:
+        parts.append("The fields are in a different order or container type.")
+    parts.append("Every append must give the fields of the first step (its "
+                 "structure is fixed then); give None for a field without a value "
+                 "in this step.")
+    raise ValueError(" ".join(parts))
+
+
+def _check_first_step(configs: Sequence[Config], paths: list[tuple[Any, ...]],
+                     flat: list[Any]) -> None:
+    """Data conditions read scalar int or bool fields and a td_error
+    priority a scalar float or int field: check the first step's values,
+    naming the field (before anything is stored)."""
+    for i, config in enumerate(configs):
+        for c in config.conditions:
+            s = c.flat_source_index
+            if c.left != "data" or s is None or s >= len(flat) or flat[s] is None:
+                continue
+            arr = np.asarray(flat[s])
+            if arr.ndim != 0 or arr.dtype.kind not in "biu":
+                raise ValueError(
+                    f"Config {i} (table '{config.table}'): data conditions read "
+                    f"scalar int or bool values, but step field {paths[s]!r} "
+                    f"holds a {arr.dtype} {list(arr.shape)} value: condition on "
+                    "a scalar int or bool field (e.g. Condition.data(step)"
+                    "['is_first'] == 1).")
+        p = config.priority
+        if not isinstance(p, TDError) or p.flat_source_index >= len(flat):
+            continue
+        value = flat[p.flat_source_index]
+        if value is None:
+            continue
+        arr = np.asarray(value)
+        if arr.ndim != 0 or arr.dtype.name not in ("float32", "float64", "int32",
+                                                   "int64"):
+            raise ValueError(
+                f"Config {i} (table '{config.table}'): TD Error expects a scalar "
+                "double, float, int32 or int64 column, but step field "
+                f"{paths[p.flat_source_index]!r} is a {arr.dtype} {list(arr.shape)} "
+                "value: point td_error's get_field_fn at a scalar field (e.g. "
+                "lambda step: step['td_error']).")
 
 
 def _column_modes(configs: Sequence[Config], tables: Mapping[str, Table]

@@ -96,15 +96,19 @@ def key_array(table: str, keys: Any) -> np.ndarray:
                     f"{arr.dtype}")
 
 
-def _check_selector(what: str, value: object) -> sel.ItemSelector:
+def _check_selector(what: str, value: object, table: str = "") -> sel.ItemSelector:
     if not isinstance(value, sel.ItemSelector):
+        hint = ""
+        if isinstance(value, type) and issubclass(value, sel.ItemSelector):
+            hint = f"; pass an instance: {value.__name__}()"
         raise TypeError(
             f"{what} must be a fastreplay.selectors selector, got {value!r}"
+            f" (table '{table}'){hint or '; e.g. selectors.Uniform()'}"
         )
     return value
 
 
-def _check_signature(signature: Any) -> Any:
+def _check_signature(signature: Any, table: str = "") -> Any:
     """Accept a nest (dict/list/tuple) whose leaves have .shape and .dtype."""
     if signature is None:
         return None
@@ -116,8 +120,21 @@ def _check_signature(signature: Any) -> Any:
         elif isinstance(node, (list, tuple)) and not hasattr(node, "dtype"):
             stack.extend(node)
         elif not (hasattr(node, "shape") and hasattr(node, "dtype")):
-            raise ValueError(f"Unsupported signature spec: {node!r}")
+            raise ValueError(
+                f"Unsupported signature spec: {node!r} (table '{table}'): "
+                "signature leaves need .shape and .dtype, e.g. "
+                "fastreplay.structured_writer.TensorSpec((4,), np.dtype('float32')) "
+                "or tf.TensorSpec")
     return signature
+
+
+def _check_size(table: str, max_size: object) -> None:
+    """Table.queue/stack: max_size named with the table before the rate
+    limiter (which does not know the table) sees it."""
+    n = _integer(table, "max_size", max_size)
+    if n <= 0:
+        raise ValueError(f"max_size ({n}) must be a positive integer "
+                         f"(table '{table}')")
 
 
 #: A table's compression default by the core's code (_core.COMPRESSION_*).
@@ -189,8 +206,8 @@ class Table:
             raise ValueError(f"max_size ({max_size}) must be a positive integer "
                              f"(table '{name}')")
         max_times_sampled = _integer(name, "max_times_sampled", max_times_sampled)
-        _check_selector("sampler", sampler)
-        _check_selector("remover", remover)
+        _check_selector("sampler", sampler, name)
+        _check_selector("remover", remover, name)
         if sampler is remover:
             raise ValueError(
                 f"Table '{name}': sampler and remover must be distinct selector "
@@ -198,13 +215,18 @@ class Table:
                 f"sampler={sampler!r}, remover={type(remover).__name__}(...)"
             )
         if not isinstance(rate_limiter, rl.RateLimiter):
+            hint = "e.g. rate_limiters.MinSize(1)"
+            if isinstance(rate_limiter, type) and issubclass(rate_limiter,
+                                                             rl.RateLimiter):
+                hint = f"pass an instance, e.g. {rate_limiter.__name__}(...)"
             raise TypeError(
                 f"rate_limiter must be a fastreplay.rate_limiters.RateLimiter, "
-                f"got {rate_limiter!r}"
+                f"got {rate_limiter!r} (table '{name}'); {hint}"
             )
         if tuple(extensions):
-            raise ValueError("table extensions are not supported by fastreplay")
-        self._signature = _check_signature(signature)
+            raise ValueError("table extensions are not supported by fastreplay "
+                             f"(table '{name}'): pass extensions=()")
+        self._signature = _check_signature(signature, name)
         self._compression_mode = compression_mode(compression, f"table '{name}'")
         self._compression = _COMPRESSION_NAMES[self._compression_mode]
         if rate_limiter._table is not None:
@@ -245,6 +267,7 @@ class Table:
     ) -> Table:
         """A FIFO queue: Fifo sampler and remover, each item sampled once,
         inserts block when full and samples block when empty."""
+        _check_size(name, max_size)
         return cls(
             name, sel.Fifo(), sel.Fifo(), max_size, rl.Queue(max_size),
             max_times_sampled=1, extensions=extensions, signature=signature,
@@ -262,6 +285,7 @@ class Table:
         compression: str | None = "auto",
     ) -> Table:
         """A LIFO stack: as :meth:`queue` with Lifo selectors."""
+        _check_size(name, max_size)
         return cls(
             name, sel.Lifo(), sel.Lifo(), max_size, rl.Stack(max_size),
             max_times_sampled=1, extensions=extensions, signature=signature,
@@ -530,6 +554,13 @@ class Table:
         """Structured array of every item in insertion order (key, priority,
         times_sampled, inserted_seq, has_data)."""
         return self._core.items()  # type: ignore[no-any-return, unused-ignore]
+
+    def metrics(self) -> dict[str, float]:
+        """This table's counters as a flat dict for loggers
+        (``table/<name>/inserts`` ...; ``fastreplay.metrics`` lists the keys)."""
+        from fastreplay.metrics import table_metrics
+
+        return table_metrics(self.info)
 
     def reset(self) -> None:
         """Delete every item and zero the rate-limiter counters."""

@@ -110,5 +110,14 @@ class VectorTrajectoryWriter:
         return sum(env.num_pending_items for env in self._envs)
 
     def close(self) -> None:
+        """Close every environment's writer (as ``TrajectoryWriter.close``)."""
         for env in self._envs:
             env.close()
+
+    def __enter__(self) -> VectorTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """As each environment's ``TrajectoryWriter`` leaves its block."""
+        for env in self._envs:
+            env.__exit__(exc_type, exc, tb)

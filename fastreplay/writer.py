@@ -293,7 +293,8 @@ class TrajectoryWriter(_core._WriterBase):
                     )
             raise ValueError(
                 f"Unable to create item in table '{table}' since the table could "
-                "not be found."
+                f"not be found. This writer's tables are: "
+                f"{', '.join(sorted(map(str, self._tables))) or 'none'}."
             )
         entry = (target, target._core, bool(self._undecided) or (
             self._validate_items and target.signature is not None))
@@ -422,6 +423,11 @@ def _dtype_matches(got: np.dtype[Any], want: np.dtype[Any]) -> bool:
     return bool(got == want)
 
 
+def _signature_path(signature: Any, i: int) -> tuple[Any, ...]:
+    """The path of the signature's i-th column (for messages)."""
+    return [p for p, _ in _nest.flatten_with_path(signature)][i]
+
+
 def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
                      ) -> None:
     for column in columns:
@@ -432,11 +438,13 @@ def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
             )
     specs = _nest.flatten(signature)
     if len(specs) != len(columns):
+        paths = [p for p, _ in _nest.flatten_with_path(signature)]
         raise ValueError(
             f"Unable to create item in table '{table}' since the provided "
             "trajectory is inconsistent with the table signature. The trajectory "
             f"has {len(columns)} columns but the table signature has {len(specs)} "
-            "columns."
+            f"columns. The signature's columns are {', '.join(map(repr, paths))}: "
+            "give the item one TrajectoryColumn for each, in the same nest."
         )
     for i, (column, spec) in enumerate(zip(columns, specs, strict=False)):
         want_dtype = np.dtype(getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
@@ -452,5 +460,9 @@ def _check_signature(table: str, signature: Any, columns: list[TrajectoryColumn]
                 "trajectory is inconsistent with the table signature. The table "
                 f"expects column {i} to be a {_core.dtype_name(want_dtype)} "
                 f"{list(want_shape)} tensor but got a "
-                f"{_core.dtype_name(column.dtype)} {list(got_shape)} tensor."
+                f"{_core.dtype_name(column.dtype)} {list(got_shape)} tensor. "
+                f"(signature path {_signature_path(signature, i)!r}, writer "
+                f"column {getattr(column, '_path', None)!r}: append values of the "
+                "signature's dtype and shape, or slice the number of steps it "
+                "expects)"
             )

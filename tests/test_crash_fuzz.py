@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -290,11 +291,13 @@ print("FUZZ DONE", flush=True)
 '''
 
 
-def run_fuzzer(seed: int, budget: int) -> None:
+def run_fuzzer(seed: int, budget: int, cwd: str) -> None:
+    """Run the fuzzer in ``cwd`` (methods that write files, such as
+    ReplayBuffer.save("x"), write them there)."""
     code = FUZZER.replace("SEED", str(seed)).replace("BUDGET", str(budget))
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                              text=True, timeout=CHILD_TIMEOUT)
+                              text=True, timeout=CHILD_TIMEOUT, cwd=cwd)
     except subprocess.TimeoutExpired as e:
         last = (e.stdout or b"")
         last = last.decode() if isinstance(last, bytes) else last
@@ -306,8 +309,8 @@ def run_fuzzer(seed: int, budget: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_no_public_call_crashes(seed: int) -> None:
-    run_fuzzer(seed, 40)
+def test_no_public_call_crashes(seed: int, tmp_path: Any) -> None:
+    run_fuzzer(seed, 40, str(tmp_path))
 
 
 def run_snippet(body: str) -> None:

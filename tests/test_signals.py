@@ -264,7 +264,7 @@ CHILD = textwrap.dedent("""
         "insert": lambda: queue.insert(2, 1.0),
         "flush": lambda: writer.flush(),
         "end_episode": lambda: writer.end_episode(),
-        "replay_buffer": lambda: buffer.sample(8),
+        "replay_buffer": lambda: buffer.sample(8, timeout=None),  # waits: asked to
         "dataset": lambda: next(iter(client.dataset("t", 4))),
     }
     print("blocking", flush=True)

@@ -12,6 +12,7 @@ has inserted its items.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from fastreplay.net.conn import Conn
     from fastreplay.net.remote import RemoteBackend
 
-__all__ = ["HeldChunks", "Outbox", "STAGING_ITEMS"]
+__all__ = ["HeldChunks", "Outbox", "STAGING_ITEMS", "Sink"]
 
 #: Items in flight per remote table before a writer blocks.
 STAGING_ITEMS = 16_384
@@ -45,7 +46,9 @@ class Outbox:
     not fit before the timeout are still inserted later."""
 
     def __init__(self, backend: RemoteBackend, staging: dict[str, Table]) -> None:
-        self._backend = backend
+        # Weakly: the backend holds the outbox; writers hold both (``Sink``),
+        # so no cycle keeps a dropped client's sockets and thread alive.
+        self._backend_ref = weakref.ref(backend)
         self._staging = staging
         self._cv = threading.Condition()
         self._started = 0  # passes begun
@@ -54,9 +57,20 @@ class Outbox:
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._waiting = 0  # flush calls waiting for a pass
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name="fastreplay-outbox")
+        # The thread holds the outbox weakly between passes, so a client
+        # and writers nobody references any more are collected (their
+        # backend's finalizer closes the outbox) and the thread ends.
+        self._thread = threading.Thread(
+            target=_run_passes, args=(weakref.ref(self), self._stop), daemon=True,
+            name="fastreplay-outbox")
         self._thread.start()
+
+    @property
+    def _backend(self) -> RemoteBackend:
+        backend = self._backend_ref()
+        if backend is None:
+            raise errors.UnavailableError("the client of this outbox was closed")
+        return backend
 
     def kick(self) -> None:
         self._wake.set()
@@ -103,10 +117,8 @@ class Outbox:
         writers keep staging, the next pass ships without waiting for the
         replies of the last (``RemoteBackend.call`` reads them once
         MAX_OWED are owed), so the server inserts one frame while the next
-        is packed."""
-        while not self._stop.is_set():
-            if not self._staged():
-                self._wake.wait(0.005)
+        is packed.  One pass per call (``_run_passes`` loops and waits)."""
+        if not self._stop.is_set():
             self._wake.clear()
             with self._cv:
                 self._started += 1
@@ -116,7 +128,7 @@ class Outbox:
                 with self._cv:
                     settle = self._waiting > 0
                 if not settle and self._staged():
-                    continue
+                    return
                 self._backend.settle()
             except BaseException as exc:  # noqa: BLE001 - raised by the next flush
                 with self._cv:
@@ -130,7 +142,8 @@ class Outbox:
         self._wake.set()
         with self._cv:
             self._cv.notify_all()
-        self._thread.join(timeout=5)
+        if self._thread is not threading.current_thread():  # closed by GC there
+            self._thread.join(timeout=5)
 
     def _drain(self) -> None:
         """Ship every staged item (the outbox thread only)."""
@@ -199,6 +212,39 @@ class Outbox:
                     [*bufs, *tail])
 
         self._backend.call("insert", {}, build=build, defer=True)
+
+
+class Sink:
+    """What a remote client's writers hold: its outbox, and its backend so
+    that a writer keeps working when the client object is dropped."""
+
+    __slots__ = ("_backend", "_outbox")
+
+    def __init__(self, outbox: Outbox, backend: RemoteBackend) -> None:
+        self._outbox, self._backend = outbox, backend
+
+    def kick(self) -> None:
+        self._outbox.kick()
+
+    def flush(self, timeout: float | None = None, keep: int = 0) -> None:
+        self._outbox.flush(timeout, keep)
+
+
+def _run_passes(ref: weakref.ref[Outbox], stop: threading.Event) -> None:
+    """The outbox thread: passes until the outbox is closed or collected."""
+    while not stop.is_set():
+        outbox = ref()
+        if outbox is None:
+            return
+        wake, staged = outbox._wake, outbox._staged()
+        del outbox  # not held while waiting
+        if not staged:
+            wake.wait(0.005)
+        outbox = ref()
+        if outbox is None:
+            return
+        outbox._run()
+        del outbox
 
 
 class HeldChunks:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -113,7 +115,12 @@ class Flusher:
     with the first operation)."""
 
     def __init__(self, ship: Callable[[Any], None]) -> None:
-        self._ship = ship  # ship(conn): send conn.ops; called with conn.lock held
+        # ship(conn): send conn.ops; called with conn.lock held.  A method
+        # is held weakly: the thread must not keep its backend alive (the
+        # backend's finalizer closes this flusher).
+        self._ship: Callable[[], Callable[[Any], None] | None] = (
+            weakref.WeakMethod(ship) if isinstance(ship, types.MethodType)
+            else lambda: ship)
         self._cond = threading.Condition()
         self._due: collections.deque[tuple[Any, float]] = collections.deque()
         self._thread: threading.Thread | None = None
@@ -159,10 +166,15 @@ class Flusher:
                 with self._cond:
                     self._due.append((conn, time.monotonic() + MAX_DELAY))
                 continue
+            ship = self._ship()
+            if ship is None:  # the backend was collected
+                conn.lock.release()
+                return
             try:
                 if conn.ops.items:
-                    self._ship(conn)
+                    ship(conn)
             except (OSError, wire.FrameError):
                 pass  # the thread's next call reconnects and sends them again
             finally:
                 conn.lock.release()
+            del ship, conn  # hold nothing while waiting

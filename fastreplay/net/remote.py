@@ -24,7 +24,8 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from fastreplay import _core, errors
 from fastreplay.net import ahead, wire
 from fastreplay.net.codec import info_from_json, structure_from_json
 from fastreplay.net.conn import Conn, deliver, error_from, segment_arrays
-from fastreplay.net.outbox import STAGING_ITEMS, Outbox
+from fastreplay.net.outbox import STAGING_ITEMS, Outbox, Sink
 from fastreplay.net.priorities import MAX_KEYS, Flusher
 from fastreplay.net.ring import RING_BYTES, SendRing
 from fastreplay.rate_limiters import MinSize
@@ -89,6 +90,11 @@ class RemoteBackend:
         self._batch_bytes: dict[tuple[str, int], int] = {}
         self._flusher: Flusher | None = None
         self._checkers: dict[str, Table] = {}
+        # When the backend is collected without close(): stop its threads
+        # and close its sockets.  A finalize callback runs before the
+        # finalizers of the sockets it would otherwise leave to the gc.
+        self._closers: list[Callable[[], None]] = []
+        weakref.finalize(self, _release, self._conns, self._closers)
 
     # ----- connections -----
 
@@ -282,12 +288,6 @@ class RemoteBackend:
             for a_op, a_args, a_blobs, a_timeout, a_build in carry:
                 self.call(a_op, a_args, a_blobs, a_timeout, a_build, defer=True)
 
-    def __del__(self) -> None:
-        try:
-            self.close(ship=False)
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
     def close(self, ship: bool = True) -> None:
         """Stop shipping (with ``ship``, what is staged is sent first) and
         close every connection."""
@@ -301,7 +301,8 @@ class RemoteBackend:
         if self._flusher is not None:
             self._flusher.close()
         with self._lock:
-            conns, self._conns = self._conns, []
+            conns = list(self._conns)
+            self._conns.clear()
         for c in conns:
             if ship:
                 deliver(c, self._ship_ops)
@@ -335,14 +336,14 @@ class RemoteBackend:
                              f"exists: {', '.join(sorted(self._infos))}")
         return info
 
-    def staging(self) -> tuple[dict[str, Table], _core.ChunkStore, Outbox]:
+    def staging(self) -> tuple[dict[str, Table], _core.ChunkStore, Sink]:
         """Local queues mirroring the remote tables, for writers."""
         with self._lock:
             if self._staging is None:
                 infos = self._infos or None
             else:
                 assert self._outbox is not None
-                return self._staging, self._store, self._outbox
+                return self._staging, self._store, Sink(self._outbox, self)
         if infos is None:
             infos = self.info()
         with self._lock:
@@ -352,7 +353,8 @@ class RemoteBackend:
                                    compression=i.compression)
                     for n, i in infos.items()}
                 self._outbox = Outbox(self, self._staging)
-            return self._staging, self._store, self._outbox
+                self._closers.append(self._outbox.close)
+            return self._staging, self._store, Sink(self._outbox, self)
 
     def sample_batch(self, table: str, n: int, timeout: float | None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
@@ -554,6 +556,7 @@ class RemoteBackend:
                 with self._lock:
                     if self._flusher is None:
                         self._flusher = Flusher(self._ship_ops)
+                        self._closers.append(self._flusher.close)
             self._flusher.watch(conn)
 
     def _send_ops(self) -> None:
@@ -578,3 +581,20 @@ class RemoteBackend:
     def checkpoint(self) -> str:
         result, _ = self.call("checkpoint", {})
         return str(result)
+
+    def metrics(self) -> dict[str, float]:
+        result, _ = self.call("metrics", {})
+        return {str(k): v for k, v in result.items()}
+
+
+def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:
+    """What a backend collected without ``close()`` leaves: its outbox and
+    flusher threads stop, its connections close (staged items are dropped)."""
+    for close in closers:
+        try:
+            close()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
+            pass
+    for conn in list(conns):
+        conn.close()
+    conns.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import socket
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +52,9 @@ class Service:
 
     def __init__(self, server: Server, listener: socket.socket,
                  token: str | None) -> None:
-        self._server = server
+        # Weakly: the threads below must not keep the server alive, so a
+        # Server nobody references stops (its __del__) and they end.
+        self._server_ref = weakref.ref(server)
         self._token = token
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
@@ -67,6 +70,13 @@ class Service:
                                       name="fastreplay-accept")
             thread.start()
             self._threads.append(thread)
+
+    @property
+    def _server(self) -> Server:
+        server = self._server_ref()
+        if server is None:
+            raise errors.UnavailableError("the fastreplay server was stopped")
+        return server
 
     def close(self) -> None:
         with self._lock:
@@ -84,7 +94,8 @@ class Service:
             except OSError:
                 pass
         for thread in self._threads:
-            thread.join(timeout=5)
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -170,6 +181,10 @@ class Service:
     def _info(self, args: dict[str, Any], blob: Any, state: _State
               ) -> tuple[Any, list[Any]]:
         return {n: info_to_json(t.info) for n, t in self._server.tables.items()}, []
+
+    def _metrics(self, args: dict[str, Any], blob: Any, state: _State
+                 ) -> tuple[Any, list[Any]]:
+        return self._server.metrics(), []
 
     def _sample_batch(self, args: dict[str, Any], blob: Any, state: _State
                       ) -> tuple[Any, list[Any]]:
@@ -315,7 +330,8 @@ _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
         "shm_attach": Service._shm_attach, "shm_detach": Service._shm_detach,
         "sample_items": Service._sample_items, "insert": Service._insert,
         "priorities": Service._priorities,
-        "reset": Service._reset, "checkpoint": Service._checkpoint}
+        "reset": Service._reset, "checkpoint": Service._checkpoint,
+        "metrics": Service._metrics}
 
 
 _RECORD_DTYPES = (_core.ITEM_DTYPE, _core.COLUMN_DTYPE, _core.SLICE_DTYPE,

@@ -1,0 +1,210 @@
+"""``SampleDataset``: the iterator ``Client.dataset`` returns.
+
+Worker threads call ``client.sample_batch`` and hand the batches to the
+consumer through a bounded queue.  The workers never hold the dataset
+itself, only its ``_Workers`` state, so a dataset nobody references any
+more is collected and a ``weakref.finalize`` stops its threads (each wakes
+within ``_POLL`` seconds: every wait of a worker is sliced that finely).
+``close()`` (or leaving a ``with`` block) stops them at once and joins them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastreplay import _nest, errors
+from fastreplay.replay_sample import SampleInfoBatch
+
+if TYPE_CHECKING:
+    from fastreplay.client import Client
+
+__all__ = ["SampleDataset"]
+
+#: Threads a dataset may start (a huge count would never finish starting).
+_MAX_WORKERS = 256
+
+#: Longest a worker waits before it looks at the stop flag again (s).
+_POLL = 0.1
+
+#: How long ``close`` waits for each worker to end (s).
+_JOIN_TIMEOUT = 5.0
+
+
+class _Workers:
+    """What the worker threads share: the client, the queue, the stop flag.
+    It holds no reference to the ``SampleDataset``, so the dataset can be
+    garbage-collected while its workers run."""
+
+    def __init__(self, client: Client, table: str, batch_size: int,
+                 prefetch: int, timeout: float | None) -> None:
+        self.client, self.table = client, table
+        self.batch_size, self.timeout = batch_size, timeout
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, num_workers: int) -> None:
+        self.threads = [threading.Thread(target=self.work, daemon=True,
+                                         name=f"fastreplay-dataset-{i}")
+                        for i in range(num_workers)]
+        for t in self.threads:
+            t.start()
+
+    def shutdown(self, join: bool) -> None:
+        """Stop the workers (idempotent); with ``join``, wait for them."""
+        self.stop.set()
+        if join:
+            me = threading.current_thread()
+            for t in self.threads:
+                if t is not me:
+                    t.join(timeout=_JOIN_TIMEOUT)
+
+    def batch(self) -> Any:
+        """One full batch, sampled in slices of at most ``_POLL`` s so that a
+        stop is noticed; parts of a throttled batch are concatenated."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        parts: list[Any] = []
+        need = self.batch_size
+        while need > 0:
+            if self.stop.is_set():
+                raise errors.TableClosedError("dataset closed")
+            wait = _POLL if deadline is None else min(_POLL,
+                                                      deadline - time.monotonic())
+            if wait < 0:
+                raise errors.DeadlineExceededError(
+                    f"no full batch of {self.batch_size} within {self.timeout} s"
+                )
+            try:
+                info, data = self.client.sample_batch(self.table, need, timeout=wait)
+            except errors.DeadlineExceededError:
+                continue
+            parts.append((info, data))
+            need -= len(info)
+        if len(parts) == 1:
+            return parts[0]
+        infos = zip(*[p[0] for p in parts], strict=True)
+        info = SampleInfoBatch(*[np.concatenate(f) for f in infos])
+        datas = zip(*[_nest.flatten(p[1]) for p in parts], strict=True)
+        flat = [np.concatenate(cols) for cols in datas]
+        return info, _nest.unflatten_as(parts[0][1], flat)
+
+    def work(self) -> None:
+        item: Any
+        while not self.stop.is_set():
+            try:
+                item = self.batch()
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                item = exc
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(item, timeout=_POLL)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+
+class SampleDataset:
+    """Iterator of ``(info, data)`` batches, prefetched by worker threads.
+
+    Batches are numpy arrays owned by the consumer (``torch.from_numpy`` and
+    ``jax.numpy.asarray`` take them without a copy).  Use it as a context
+    manager so its threads stop when the block ends::
+
+        with client.dataset("replay", batch_size=256) as ds:
+            for step, (info, data) in zip(range(1000), ds):
+                ...
+
+    ``close()`` does the same; a dataset that is garbage-collected without
+    either stops its threads too (within a fraction of a second).
+    Iteration ends when a finite ``timeout`` expires with nothing to sample,
+    or when the dataset is closed while a ``next`` waits; a ``next`` that
+    starts after ``close`` raises ``FailedPreconditionError``.  Iterating
+    and closing are safe from several threads.
+    """
+
+    def __init__(self, client: Client, table: str, batch_size: int,
+                 prefetch: int, num_workers: int, timeout: float | None) -> None:
+        for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
+                            ("num_workers", num_workers)):
+            if value < 1:
+                raise ValueError(f"dataset of table {table!r}: {name} ({value}) must be "
+                                 f">= 1, e.g. client.dataset({table!r}, batch_size=256, "
+                                 "prefetch=2)")
+        if num_workers > _MAX_WORKERS:
+            raise ValueError(f"num_workers ({num_workers}) must be at most "
+                             f"{_MAX_WORKERS} (one thread each)")
+        self._table = table
+        self._workers = _Workers(client, table, batch_size, prefetch, timeout)
+        self._num_workers = num_workers
+        self._lock = threading.Lock()
+        self._done = 0  # workers that ended (timeout or stop), under _lock
+        self._closed = False
+        # Stops the threads when the dataset is collected without close();
+        # it references the workers' state only, never ``self``.
+        self._finalizer = weakref.finalize(self, self._workers.shutdown, False)
+        self._workers.start(num_workers)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (or the ``with`` block ended)."""
+        return self._closed
+
+    def __iter__(self) -> SampleDataset:
+        return self
+
+    def __next__(self) -> tuple[SampleInfoBatch, Any]:
+        if self._closed:
+            raise errors.FailedPreconditionError(
+                f"this dataset of table {self._table!r} is closed; create a new "
+                "one with client.dataset(...) (use `with client.dataset(...) as "
+                "ds:` so it lives exactly as long as the loop)")
+        workers = self._workers
+        while True:
+            with self._lock:
+                if self._done >= self._num_workers:
+                    raise StopIteration
+            try:
+                item = workers.queue.get(timeout=_POLL)
+            except queue.Empty:
+                if workers.stop.is_set():
+                    raise StopIteration from None
+                continue
+            if isinstance(item, (errors.DeadlineExceededError,
+                                 errors.TableClosedError)):
+                with self._lock:
+                    self._done += 1
+                continue
+            if isinstance(item, BaseException):
+                # Stop the others; later calls end the iteration.
+                self._finalizer.detach()
+                workers.shutdown(join=True)
+                raise item
+            return item  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the worker threads and wait for them (idempotent).  Batches
+        prefetched but not taken are dropped."""
+        self._closed = True
+        self._finalizer.detach()
+        self._workers.shutdown(join=True)
+
+    def __enter__(self) -> SampleDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        w = self._workers
+        state = "closed" if self._closed else "open"
+        return (f"SampleDataset(table={self._table!r}, batch_size={w.batch_size}, "
+                f"num_workers={self._num_workers}, prefetch={w.queue.maxsize}, "
+                f"{state})")
