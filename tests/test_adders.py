@@ -339,24 +339,30 @@ SEQUENCE_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SEQUENCE_CASES))
-def test_sequence_adder(name: str) -> None:
-    length, period, end, steps, episodes = SEQUENCE_CASES[name]
+def _written_sequences(length: int, period: int, end: EndBehavior, steps: Any,
+                       episodes: int) -> list[Any]:
+    """The items a SequenceAdder writes for ``episodes`` of ``steps``."""
     with _server() as server:
         client = server.localhost_client()
         adder = adders.SequenceAdder(client, length, period,
                                      end_of_episode_behavior=end)
         for _ in range(episodes):
             _episode(1, steps, adder)
-        want = _sequences_oracle(1, steps, length, period, end, episodes)
-        got = _drain(client)
-        assert len(got) == len(want)
-        for item, seq in zip(got, want, strict=True):
-            assert isinstance(item, adders.Step)
-            stacked = adders.Step(*[np.stack([np.asarray(f) for f in col])
-                                    if not isinstance(col[0], tuple) or col[0]
-                                    else () for col in zip(*seq, strict=True)])
-            _close(item, stacked)
+        return _drain(client)
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCE_CASES))
+def test_sequence_adder(name: str) -> None:
+    length, period, end, steps, episodes = SEQUENCE_CASES[name]
+    got = _written_sequences(length, period, end, steps, episodes)
+    want = _sequences_oracle(1, steps, length, period, end, episodes)
+    assert len(got) == len(want)
+    for item, seq in zip(got, want, strict=True):
+        assert isinstance(item, adders.Step)
+        stacked = adders.Step(*[np.stack([np.asarray(f) for f in col])
+                                if not isinstance(col[0], tuple) or col[0]
+                                else () for col in zip(*seq, strict=True)])
+        _close(item, stacked)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -366,13 +372,7 @@ def test_sequence_matches_oracle(length: int, period: int, episode: int,
                                  end: EndBehavior, episodes: int) -> None:
     steps = [(i, tr(float(i), i + 2)) for i in range(episode - 1)]
     steps.append((episode - 1, term(float(episode), episode + 1)))
-    with _server() as server:
-        client = server.localhost_client()
-        adder = adders.SequenceAdder(client, length, period,
-                                     end_of_episode_behavior=end)
-        for _ in range(episodes):
-            _episode(1, steps, adder)
-        got = _drain(client)
+    got = _written_sequences(length, period, end, steps, episodes)
     want = _sequences_oracle(1, steps, length, period, end, episodes)
     assert [item.observation.tolist() for item in got] == [
         [int(np.asarray(r.observation)) for r in seq] for seq in want]
