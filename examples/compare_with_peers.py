@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from fastreplay.bench.report import format_value
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,11 +36,12 @@ def main() -> None:
     out = pathlib.Path(tempfile.mkdtemp()) / "bench.json"
     command = [sys.executable, "-m", "fastreplay", "bench", "--only", args.only,
                "--json", str(out)] + (["--quick"] if args.quick else [])
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)   # the progress lines
     run = json.loads(out.read_text())
 
-    print(f"{run['sizes']} on {run.get('machine', {}).get('cpu', 'this machine')}, "
-          f"fastreplay {run.get('versions', {}).get('fastreplay', '?')}")
+    note = ": a smoke run, not for comparing" if run["quick"] else ""
+    print(f"{run['sizes']}{note}; commit {run['commit']}")
     for result in run["results"]:
         if result["kind"] == "peer":
             ratio = result["ratio"]
@@ -49,9 +52,11 @@ def main() -> None:
             verdict = "baseline"
         else:
             continue  # fastreplay's other APIs: see the run's own table
-        print(f"{result['workload']:>12}  {result['library']:<10} "
-              f"{result['variant']:<34} median {result['median']:.3g} {result['unit']} "
-              f"(min {result['min']:.3g}, max {result['max']:.3g})  {verdict}")
+        unit = result["unit"]
+        print(f"{result['workload']:>12}  {result['library']:<10} {result['variant']:<34} "
+              f"median {format_value(result['median'], unit)} / {result['per']} "
+              f"(min {format_value(result['min'], unit)}, "
+              f"max {format_value(result['max'], unit)})  {verdict}")
     skipped = sorted({s["library"] for s in run["skipped"]})
     if skipped:
         print("not measured (not installed or failed to load):", ", ".join(skipped))
