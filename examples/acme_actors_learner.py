@@ -60,7 +60,7 @@ def learner(client: reverb.Client, steps: int) -> float:
     q = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(q.parameters(), lr=0.01)
     with client.dataset(TABLE, batch_size=128, prefetch=2) as dataset:
-        for _, (info, batch) in zip(range(steps), dataset):
+        for _, (info, batch) in zip(range(steps), dataset, strict=False):
             t = {k: torch.from_numpy(np.asarray(v)) for k, v in batch._asdict().items()
                  if k != "extras"}
             q_sa = q(t["observation"]).gather(1, t["action"][:, None]).squeeze(1)
@@ -86,7 +86,8 @@ def main() -> None:
     server = reverb.Server(make_tables(), checkpointer=checkpointer)
     address = f"localhost:{server.port}"
     ctx = mp.get_context("spawn")
-    actors = [ctx.Process(target=actor, args=(address, seed, episodes)) for seed in (1, 2)]
+    actors = [ctx.Process(target=actor, args=(address, seed, episodes))
+              for seed in (1, 2)]
     for p in actors:
         p.start()
     for p in actors:
@@ -101,10 +102,11 @@ def main() -> None:
     server.stop()
 
     restored = reverb.Server(make_tables(), checkpointer=checkpointer)
-    again = reverb.Client(f"localhost:{restored.port}").server_info()[TABLE].current_size
+    again = reverb.Client(f"localhost:{restored.port}").server_info()[TABLE]
+    again_size = again.current_size
     restored.stop()
     print(f"{stored} transitions from 2 actor processes; last loss {loss:.4f}; "
-          f"checkpoint {path} restored {again}")
+          f"checkpoint {path} restored {again_size}")
 
 
 if __name__ == "__main__":

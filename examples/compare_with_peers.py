@@ -53,7 +53,8 @@ def main() -> None:
         else:
             continue  # fastreplay's other APIs: see the run's own table
         unit = result["unit"]
-        print(f"{result['workload']:>12}  {result['library']:<10} {result['variant']:<34} "
+        print(f"{result['workload']:>12}  {result['library']:<10} "
+              f"{result['variant']:<34} "
               f"median {format_value(result['median'], unit)} / {result['per']} "
               f"(min {format_value(result['min'], unit)}, "
               f"max {format_value(result['max'], unit)})  {verdict}")

@@ -15,12 +15,12 @@ except ImportError as exc:  # pragma: no cover - a broken build must be loud
 from fastreplay import (  # Reverb's module names
     checkpointers,
     item_selectors,
+    metrics,  # fastreplay's: counters as dicts for loggers
     pybind,
     reverb_types,
     structured_writer,
     trajectory_writer,
 )
-from fastreplay import metrics  # fastreplay's: counters as dicts for loggers
 from fastreplay._core import ChunkStore
 from fastreplay.chunkers import AutoTunedChunkerOptions, ConstantChunkerOptions
 from fastreplay.client import Client, SampleDataset

@@ -22,8 +22,8 @@ import numpy as np
 
 from fastreplay import errors
 
-__all__ = ["FieldLayout", "SEP", "convert", "field_difference", "mismatch", "parse_spec",
-           "priority_error", "rows_error"]
+__all__ = ["FieldLayout", "SEP", "convert", "field_difference", "mismatch",
+           "parse_spec", "priority_error", "rows_error"]
 
 #: Joins the keys of a nested field's path into its column name.
 SEP = "/"
@@ -199,7 +199,7 @@ def mismatch(names: list[str], got: list[tuple[Any, ...]],
                 wide = w
                 if w[0].kind in "biu" and g[0].kind == "f" and g[1] == w[1]:
                     wide = (np.dtype(np.float32), w[1])  # a float into an int column
-                fix = (f"; the first add fixed it; declare the field, e.g. ReplayBuffer("
+                fix = ("; the first add fixed it; declare the field, e.g. ReplayBuffer("
                        f"..., spec={{{name!r}: (np.{wide[0].name}, {wide[1]}), ...}}) "
                        "or add values of one dtype and shape from the start")
                 if wide is not w:

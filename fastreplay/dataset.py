@@ -135,9 +135,9 @@ class SampleDataset:
         for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
                             ("num_workers", num_workers)):
             if value < 1:
-                raise ValueError(f"dataset of table {table!r}: {name} ({value}) must be "
-                                 f">= 1, e.g. client.dataset({table!r}, batch_size=256, "
-                                 "prefetch=2)")
+                raise ValueError(f"dataset of table {table!r}: {name} ({value}) "
+                                 f"must be >= 1, e.g. client.dataset({table!r}, "
+                                 "batch_size=256, prefetch=2)")
         if num_workers > _MAX_WORKERS:
             raise ValueError(f"num_workers ({num_workers}) must be at most "
                              f"{_MAX_WORKERS} (one thread each)")

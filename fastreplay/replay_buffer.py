@@ -24,8 +24,15 @@ import numpy.typing as npt
 from fastreplay import _core, _rb_persist, errors, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
 from fastreplay._nstep import nstep_from_args
-from fastreplay._rb_fields import (SEP, FieldLayout, field_difference, mismatch,
-                                   parse_spec, priority_error, rows_error)
+from fastreplay._rb_fields import (
+    SEP,
+    FieldLayout,
+    field_difference,
+    mismatch,
+    parse_spec,
+    priority_error,
+    rows_error,
+)
 from fastreplay.chunkers import compression_mode
 from fastreplay.table import Table, TableInfo
 
@@ -250,7 +257,8 @@ class ReplayBuffer:
                     if priority is not None:
                         self._max_priority = max(self._max_priority, prio)
                     return
-                if self._layout.declared is not None and self._retry_row(transition, prio):
+                if (self._layout.declared is not None
+                        and self._retry_row(transition, prio)):
                     if priority is not None:
                         self._max_priority = max(self._max_priority, prio)
                     return
@@ -305,8 +313,8 @@ class ReplayBuffer:
             unknown = sorted(set(self._compression) - set(names) - layout.tops
                              - {fpaths[k][0] for k in names})
             if unknown:
-                raise ValueError(f"compression names fields {unknown} that the transitions "
-                                 f"lack (fields: {names})")
+                raise ValueError(f"compression names fields {unknown} that the "
+                                 f"transitions lack (fields: {names})")
             values = [np.asarray(flat[k]) for k in names]
             specs = [(v.dtype, v.shape[1:]) for v in values]
             if self._specs is not None and specs != self._specs:
@@ -515,8 +523,9 @@ def _positive(name: str, value: Any, example: str) -> int:
     try:
         number = operator.index(value)
     except TypeError:
-        raise TypeError(f"ReplayBuffer {name} must be an int, got "
-                        f"{type(value).__name__} {value!r:.40} (e.g. {example})") from None
+        kind = type(value).__name__
+        raise TypeError(f"ReplayBuffer {name} must be an int, got {kind} "
+                        f"{value!r:.40} (e.g. {example})") from None
     if number < 1:
         raise ValueError(f"ReplayBuffer {name} ({number}) must be a positive integer "
                          f"(e.g. {example})")

@@ -18,7 +18,8 @@ def _buffer() -> ReplayBuffer:
     return rb
 
 
-CASES: list[tuple[str, Callable[[ReplayBuffer], Any], type[BaseException], list[str]]] = [
+Case = tuple[str, Callable[[ReplayBuffer], Any], type[BaseException], list[str]]
+CASES: list[Case] = [
     ("missing field", lambda rb: rb.add(obs=np.zeros(2)), ValueError,
      ["missing field(s) ['reward']", "['obs', 'reward']", "spec="]),
     ("unexpected field", lambda rb: rb.add(obs=np.zeros(2), reward=1, extra=3),
@@ -31,14 +32,16 @@ CASES: list[tuple[str, Callable[[ReplayBuffer], Any], type[BaseException], list[
                                             reward=np.zeros(3, np.int64)),
      ValueError, ["'obs': 2", "'reward': 3", "same leading axis"]),
     ("negative priority", lambda rb: rb.add(obs=np.zeros(2), reward=1, priority=-1),
-     errors.InvalidPriorityError, ["ReplayBuffer index", "-1.0", ">= 0", "abs(td_error)"]),
+     errors.InvalidPriorityError,
+     ["ReplayBuffer index", "-1.0", ">= 0", "abs(td_error)"]),
     ("nan priority in a batch",
      lambda rb: rb.add_batch(obs=np.zeros((2, 2)), reward=np.zeros(2, np.int64),
                              priorities=[1.0, float("nan")]),
      errors.InvalidPriorityError, ["NaN", "ReplayBuffer index"]),
     ("negative update", lambda rb: rb.update_priorities([0], [-1.0]),
      errors.InvalidPriorityError, ["ReplayBuffer index 0", "nothing was changed"]),
-    ("batch_size 0", lambda rb: rb.sample(0), ValueError, ["batch_size (0)", "rb.sample("]),
+    ("batch_size 0", lambda rb: rb.sample(0), ValueError,
+     ["batch_size (0)", "rb.sample("]),
     ("batch_size float", lambda rb: rb.sample(2.5), TypeError, ["batch_size", "float"]),
     ("bad beta", lambda rb: rb.sample(1, beta=-1), ValueError, ["beta"]),
 ]

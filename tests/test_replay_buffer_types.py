@@ -130,8 +130,8 @@ class TestUndeclared:
     def test_later_float_reward_says_what_to_do(self) -> None:
         rb = ReplayBuffer(8)
         rb.add(obs=np.zeros(2), reward=1)
-        with pytest.raises(ValueError, match=r"reward.*spec=\{'reward': "
-                                             r"\(np.float32, \(\)\).*1.0 rather than 1"):
+        with pytest.raises(ValueError, match=r"reward.*spec=\{'reward': \(np.float32, "
+                                             r"\(\)\).*1.0 rather than 1"):
             rb.add(obs=np.zeros(2), reward=0.5)
 
 
