@@ -19,7 +19,7 @@ peer, with the interquartile ranges as whiskers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastreplay.bench.results import Result, Run, commit_text
@@ -123,6 +123,16 @@ def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str
     return lines
 
 
+def _rows_table(rows: list[Result], last: str, cell: Callable[[Result], str],
+                markdown: bool) -> list[str]:
+    """A table of result rows whose last column is ``last`` (``cell`` of
+    each row)."""
+    return _table(["workload", "library", "variant", "rounds", "median", "min–max",
+                   last],
+                  [[r.workload, r.library, r.variant, str(r.rounds), median_text(r),
+                    spread_text(r), cell(r)] for r in rows], markdown)
+
+
 def format_table(run: Run, markdown: bool = False) -> str:
     """The run's two tables (against peers; fastreplay's own variants and
     references), then the skipped peers."""
@@ -133,12 +143,7 @@ def format_table(run: Run, markdown: bool = False) -> str:
                      "/ fastreplay median (> 1: fastreplay faster or smaller), "
                      "its interquartile range over the rounds in parentheses:")
         lines.append("")
-        lines += _table(
-            ["workload", "library", "variant", "rounds", "median", "min–max",
-             PEER_HEADER],
-            [[r.workload, r.library, r.variant, str(r.rounds), median_text(r),
-              spread_text(r), _peer_cell(r)]
-             for r in against], markdown)
+        lines += _rows_table(against, PEER_HEADER, _peer_cell, markdown)
     elif not any(w.peers for w in run.workloads):
         lines.append("Against peers: none of these workloads has a peer.")
     else:
@@ -151,11 +156,7 @@ def format_table(run: Run, markdown: bool = False) -> str:
                      f"({run.sizes}). {OWN_HEADER} = median / the workload's "
                      "fastreplay baseline:")
         lines.append("")
-        lines += _table(
-            ["workload", "library", "variant", "rounds", "median", "min–max",
-             OWN_HEADER],
-            [[r.workload, r.library, r.variant, str(r.rounds), median_text(r),
-              spread_text(r), _vs_baseline_text(r)] for r in others], markdown)
+        lines += _rows_table(others, OWN_HEADER, _vs_baseline_text, markdown)
     if run.skipped:
         lines.append("")
         lines.append("Skipped:")
