@@ -299,6 +299,14 @@ class Client:
         """Vectorised priority update (unknown keys are ignored)."""
         self._backend.update_priorities(table, keys, priorities)
 
+    def sync(self) -> None:
+        """Send the priority updates this thread queued and wait until the
+        server applied them (fastreplay addition; in process they already
+        are)."""
+        settle = getattr(self._backend, "settle", None)
+        if settle is not None:
+            settle()
+
     def reset(self, table: str) -> None:
         """Delete every item of ``table`` and reset its rate limiter."""
         self._backend.reset(table)

@@ -294,6 +294,12 @@ class Table:
 
     def replace(self, **overrides: Any) -> Table:
         """A new, empty table with this configuration and ``overrides``."""
+        return type(self)(**{**self.config(), **overrides})
+
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments of a new, empty table like this one
+        (picklable: fresh selectors and an unbound rate limiter), e.g. to
+        build copies of it in other processes (``fastreplay.ray``)."""
         kwargs: dict[str, Any] = dict(
             name=self._name,
             sampler=copy.copy(self._sampler),
@@ -304,12 +310,10 @@ class Table:
             signature=self._signature,
             compression=self._compression,
         )
-        kwargs.update(overrides)
-        if kwargs["rate_limiter"] is None:
-            limiter = copy.copy(self._rate_limiter)
-            limiter._table = None
-            kwargs["rate_limiter"] = limiter
-        return type(self)(**kwargs)
+        limiter = copy.copy(self._rate_limiter)
+        limiter._table = None
+        kwargs["rate_limiter"] = limiter
+        return kwargs
 
     # ----- Reverb surface -----
 
