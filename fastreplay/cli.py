@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run each actor and the learner in its own process, "
                            "connected over the server's port to the server in "
                            "this process")
+    demo.add_argument("--ray", action="store_true",
+                      help="run the actors as Ray actors against a sharded server "
+                           "(fastreplay.ray) on a local Ray cluster, started on "
+                           "127.0.0.1 unless Ray is initialized; the learner runs "
+                           "in this process (needs: pip install 'fastreplay[ray]')")
+    demo.add_argument("--shards", type=_positive(int, "--shards"), default=None,
+                      help="shards of the sharded server, with --ray (default: 2)")
 
     from fastreplay.bench.runner import workload_help
 
@@ -147,8 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from fastreplay.demo import DemoConfig, format_summary, run_demo
+
+    if args.ray and args.processes:
+        parser.error("demo: --ray and --processes cannot be combined")
+    if args.shards is not None and not args.ray:
+        parser.error("demo: --shards needs --ray")
+    if args.shards is not None and args.shards > 256:  # fastreplay.ray.MAX_SHARDS
+        parser.error(f"demo: --shards must be <= 256 (item keys carry their shard "
+                     f"in 8 bits), got {args.shards}")
 
     cfg = DemoConfig(duration=args.duration, actors=args.actors,
                      obs_shape=args.obs_shape, batch_size=args.batch_size,
@@ -163,6 +178,18 @@ def _demo(args: argparse.Namespace) -> int:
         except DemoError as exc:
             print(f"fastreplay demo: error: {exc}\nevery child process has been "
                   "stopped", file=sys.stderr)
+            return 1
+    elif args.ray:
+        from fastreplay.demo_processes import DemoError
+        from fastreplay.demo_ray import RayMissingError, run_demo_ray
+
+        try:
+            summary = run_demo_ray(cfg, shards=args.shards or 2, progress=progress)
+        except RayMissingError as exc:
+            parser.exit(2, f"fastreplay demo: error: {exc}\n")
+        except DemoError as exc:
+            print(f"fastreplay demo: error: {exc}\nevery Ray actor and shard has "
+                  "been stopped", file=sys.stderr)
             return 1
     else:
         summary = run_demo(cfg, progress=progress)
@@ -249,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            return _demo(args)
+            return _demo(args, parser)
         if args.command == "bench":
             return _bench(args, parser)
         if args.command == "serve":

@@ -7,7 +7,9 @@ importance weights and writes new priorities back.  A progress line runs on
 stderr; ``run_demo`` returns the summary (steps/s, samples/s, stored bytes
 per step, compression, rate-limiter stalls, peak memory).  ``fastreplay demo
 --processes`` runs the same actors and learner as processes
-(``fastreplay.demo_processes``).
+(``fastreplay.demo_processes``), ``fastreplay demo --ray`` as Ray actors
+against a ``fastreplay.ray.ShardedServer`` (``fastreplay.demo_ray``): both
+reuse the actor and learner threads below.
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 import fastreplay
 from fastreplay import errors, rate_limiters, selectors
 from fastreplay.bench.workloads import atari_frames
+
+if TYPE_CHECKING:
+    import fastreplay.ray
+
+    # What the actor and learner threads run on: this process's server, or
+    # the shards of a ``ShardedServer`` (``fastreplay demo --ray``).
+    DemoClient = fastreplay.Client | fastreplay.ray.Client
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -47,7 +56,7 @@ class DemoConfig:
 class _Actor(threading.Thread):
     """Writes episodes until ``stop`` is set, then closes its writer."""
 
-    def __init__(self, index: int, client: fastreplay.Client, cfg: DemoConfig,
+    def __init__(self, index: int, client: DemoClient, cfg: DemoConfig,
                  frames: list[np.ndarray], stop: threading.Event) -> None:
         super().__init__(name=f"fastreplay-demo-actor-{index}", daemon=True)
         self.writer = client.trajectory_writer(num_keep_alive_refs=ITEM_LENGTH)
@@ -66,7 +75,11 @@ class _Actor(threading.Thread):
             if not (isinstance(exc, errors.TableClosedError) and self.stop.is_set()):
                 self.error = exc
         finally:
-            self.writer.close()  # drops items the table can no longer take
+            try:
+                self.writer.close()  # drops items the table can no longer take
+            except BaseException as exc:  # noqa: BLE001 - e.g. a shard gone
+                if self.error is None:
+                    self.error = exc
 
     def _write(self) -> None:
         w, frames, rng, stop = self.writer, self.frames, self.rng, self.stop
@@ -112,7 +125,7 @@ class _Actor(threading.Thread):
 class _Learner(threading.Thread):
     """Samples batches, computes IS weights and updates priorities."""
 
-    def __init__(self, client: fastreplay.Client, cfg: DemoConfig,
+    def __init__(self, client: DemoClient, cfg: DemoConfig,
                  stop: threading.Event) -> None:
         super().__init__(name="fastreplay-demo-learner", daemon=True)
         self.client, self.cfg, self.stop = client, cfg, stop
@@ -274,7 +287,9 @@ def format_summary(s: dict[str, Any]) -> str:
     """The summary as aligned ``name: value`` lines."""
     shape = "x".join(map(str, s["obs_shape"]))
     processes = bool(s.get("processes"))
-    actors = f"{s['actors']} actor processes" if processes else f"{s['actors']} actors"
+    on_ray = bool(s.get("ray"))
+    actors = (f"{s['actors']} actor processes" if processes else
+              f"{s['actors']} Ray actors" if on_ray else f"{s['actors']} actors")
     rows = [
         ("duration", f"{s['duration_s']:.1f} s, {actors}, learner batch "
                      f"{s['batch_size']}, observations uint8[{shape}]"),
@@ -297,15 +312,26 @@ def format_summary(s: dict[str, Any]) -> str:
                              "(writer back-pressure, rate limiter included)"),
         ("peak memory", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB"),
     ]
-    if processes:
+    if processes or on_ray:
         per = ", ".join(f"{name} {b / 2**20:,.0f}" for name, b in
                         s["peak_rss_by_process"].items())
         rows[-1] = ("peak memory", f"{s['peak_rss_bytes'] / 2**20:,.0f} MiB summed "
                                    f"over {len(s['peak_rss_by_process'])} processes "
-                                   f"({per} MiB)")
+                                   f"({per} MiB)"
+                                   + (", shards not counted" if on_ray else ""))
+    if processes:
         rows.insert(1, ("processes", f"server {s['server_address']} (pid "
                                      f"{s['pids']['server']}), "
                                      + ", ".join(f"{k} pid {v}" for k, v in
                                                  s["pids"].items() if k != "server")))
+    if on_ray:
+        sizes = " + ".join(f"{n:,}" for n in s["shard_sizes"])
+        rows[1:1] = [
+            ("shards", f"{s['shards']} on {s['ray_nodes']} Ray node(s), items per "
+                       f"shard {sizes}"),
+            ("ray actors", ", ".join(f"{a['name']} pid {a['pid']} -> shard "
+                                     f"{a['shard']} ({a['transport']})"
+                                     for a in s["actor_placement"])),
+        ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
