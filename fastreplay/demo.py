@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     # What the actor and learner threads run on: this process's server, or
     # the shards of a ``ShardedServer`` (``fastreplay demo --ray``).
     DemoClient = fastreplay.Client | fastreplay.ray.Client
+    DemoWriter = fastreplay.TrajectoryWriter | fastreplay.ray.ShardWriter
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -59,7 +60,7 @@ class _Actor(threading.Thread):
     def __init__(self, index: int, client: DemoClient, cfg: DemoConfig,
                  frames: list[np.ndarray], stop: threading.Event) -> None:
         super().__init__(name=f"fastreplay-demo-actor-{index}", daemon=True)
-        self.writer = client.trajectory_writer(num_keep_alive_refs=ITEM_LENGTH)
+        self.writer = self._open_writer(client)
         self.cfg, self.frames, self.stop = cfg, frames, stop
         self.rng = np.random.default_rng(cfg.seed + 1 + index)
         self.offset = index * 17  # actors see different frames
@@ -67,6 +68,10 @@ class _Actor(threading.Thread):
         self.items = 0  # items created (steps with ITEM_LENGTH of history)
         self.wait_seconds = 0.0  # time blocked in flush / end_episode
         self.error: BaseException | None = None
+
+    def _open_writer(self, client: DemoClient) -> DemoWriter:
+        """The actor's writer (``fastreplay demo --ray`` binds it to a shard)."""
+        return client.trajectory_writer(num_keep_alive_refs=ITEM_LENGTH)
 
     def run(self) -> None:
         try:

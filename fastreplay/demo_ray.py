@@ -3,12 +3,12 @@
 The same actors and learner as ``fastreplay demo`` (``fastreplay.demo``),
 against a ``fastreplay.ray.ShardedServer`` (``--shards`` shards, spread over
 the cluster's nodes): each actor is a Ray actor holding a pickled
-``fastreplay.ray.Client`` and running the demo's actor thread, whose writer
-is bound to a shard on its node when there is one (shared memory) and to
-another node's shard through Ray calls otherwise.  The learner runs the
-demo's learner thread in this process (the driver): globally exact
-``sample_batch`` over the shards and ``update_priorities`` routed by key.
-The summary is ``fastreplay demo``'s, from the shards' metrics summed
+``fastreplay.ray.Client`` and running the demo's actor thread; actor *i*
+writes into shard ``i % shards`` and is placed on that shard's node, so it
+takes the same-node path (shared memory) when Ray can put it there.  The
+learner runs the demo's learner thread in this process (the driver):
+globally exact ``sample_batch`` over the shards and ``update_priorities``
+routed by key.  The summary is ``fastreplay demo``'s, from the shards' metrics summed
 (``Client.metrics``), plus the shard count and every shard's size.
 
 Ray: an initialized Ray (``ray.init`` done by the caller) is used as it is;
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fastreplay.bench.workloads import atari_frames
 from fastreplay.demo import (
+    ITEM_LENGTH,
     TABLE,
     DemoConfig,
     _Actor,
@@ -45,6 +46,7 @@ from fastreplay.demo_processes import DemoError
 
 if TYPE_CHECKING:
     import fastreplay.ray
+    from fastreplay.demo import DemoClient, DemoWriter
 
 __all__ = ["INSTALL_HINT", "RayMissingError", "import_ray", "run_demo_ray"]
 
@@ -80,28 +82,39 @@ def _describe(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
 
 
+class _ShardActor(_Actor):
+    """The demo's actor thread with its writer bound to shard ``shard``."""
+
+    def __init__(self, shard: int, *args: Any) -> None:
+        self.shard = shard
+        super().__init__(*args)
+
+    def _open_writer(self, client: DemoClient) -> DemoWriter:
+        from fastreplay.ray import Client
+
+        assert isinstance(client, Client)
+        return client.trajectory_writer(ITEM_LENGTH, shard=self.shard)
+
+
 class _ActorHost:
     """The body of one demo actor (wrapped by ``ray.remote``): the demo's
-    actor thread, writing through a pickled ``fastreplay.ray.Client``."""
+    actor thread, writing through a pickled ``fastreplay.ray.Client`` into
+    shard ``shard`` (placed on that shard's node: the same-node path)."""
 
-    def __init__(self, index: int, client: fastreplay.ray.Client,
+    def __init__(self, index: int, shard: int, client: fastreplay.ray.Client,
                  cfg: DemoConfig) -> None:
         self.client = client
+        self.shard = shard
         self.stop = threading.Event()
         frames = atari_frames(256, seed=cfg.seed, shape=cfg.obs_shape)
-        self.actor = _Actor(index, client, cfg, frames, self.stop)  # binds a shard
+        self.actor = _ShardActor(shard, index, client, cfg, frames, self.stop)
 
     def hello(self) -> dict[str, Any]:
-        """Where this actor runs and which shard its writer is bound to."""
+        """Where this actor runs, its shard and how it reaches it."""
         import ray
 
-        from fastreplay.ray import ShardWriter
-
-        writer = self.actor.writer
-        assert isinstance(writer, ShardWriter)
-        shard = writer.shard
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
-                "shard": shard, "transport": self.client.transport(shard)}
+                "shard": self.shard, "transport": self.client.transport(self.shard)}
 
     def start(self) -> None:
         self.actor.start()
@@ -184,6 +197,8 @@ def run_demo_ray(cfg: DemoConfig, shards: int = 2,
         are stopped first.
     """
     ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     from fastreplay.ray import ShardedServer
 
     started_ray = not ray.is_initialized()
@@ -201,10 +216,14 @@ def run_demo_ray(cfg: DemoConfig, shards: int = 2,
         server.wait_ready(timeout=START_TIMEOUT)
         client = server.client(seed=cfg.seed)
         host = ray.remote(_ActorHost)
-        # num_cpus=0: the actors are I/O-bound threads, and Ray's CPU count
-        # must not cap --actors; SPREAD puts them on every node.
-        handles = [host.options(num_cpus=0, scheduling_strategy="SPREAD",
-                                max_restarts=0).remote(i, client, cfg)
+        # Actor i writes into shard i % shards from that shard's node (soft:
+        # elsewhere if the node is full).  num_cpus=0: the actors are
+        # I/O-bound threads, and Ray's CPU count must not cap --actors.
+        nodes = server.shard_nodes
+        handles = [host.options(num_cpus=0, max_restarts=0,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(
+                                    nodes[i % shards], soft=True)
+                                ).remote(i, i % shards, client, cfg)
                    for i in range(cfg.actors)]
         hellos = _get_each(ray, [h.hello.remote() for h in handles], names,
                            START_TIMEOUT, "start")
