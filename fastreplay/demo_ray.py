@@ -216,13 +216,13 @@ def run_demo_ray(cfg: DemoConfig, shards: int = 2,
         server.wait_ready(timeout=START_TIMEOUT)
         client = server.client(seed=cfg.seed)
         host = ray.remote(_ActorHost)
-        # Actor i writes into shard i % shards from that shard's node (soft:
-        # elsewhere if the node is full).  num_cpus=0: the actors are
-        # I/O-bound threads, and Ray's CPU count must not cap --actors.
+        # Actor i writes into shard i % shards from that shard's node (alive:
+        # its shard just answered).  num_cpus=0: the actors are I/O-bound
+        # threads, and Ray's CPU count must not cap --actors.
         nodes = server.shard_nodes
         handles = [host.options(num_cpus=0, max_restarts=0,
                                 scheduling_strategy=NodeAffinitySchedulingStrategy(
-                                    nodes[i % shards], soft=True)
+                                    nodes[i % shards], soft=False)
                                 ).remote(i, i % shards, client, cfg)
                    for i in range(cfg.actors)]
         hellos = _get_each(ray, [h.hello.remote() for h in handles], names,
