@@ -90,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "SampleToInsertRatio rate limiter while a learner thread "
                     "samples batches and updates priorities; prints a summary. "
                     "With --processes the actors and the learner are processes "
-                    "talking to the server over its port.")
+                    "talking to the server over its port; with --ray the actors "
+                    "are Ray actors writing into a sharded server "
+                    "(fastreplay.ray) and the learner samples all its shards.")
     demo.add_argument("--duration", type=_positive(float, "--duration"), default=20.0,
                       metavar="SECONDS", help="how long to run (default: 20)")
     demo.add_argument("--actors", type=_positive(int, "--actors"), default=2,
