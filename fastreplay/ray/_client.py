@@ -30,7 +30,7 @@ from fastreplay.table import key_array
 
 __all__ = ["Client", "shard_of"]
 
-_TRANSPORTS = ("auto", "shm", "tcp", "ray")
+_TRANSPORTS = ("auto", "shm", "ray")
 _FAILURES = (errors.UnavailableError, OSError, ConnectionError)
 
 
@@ -52,8 +52,8 @@ class Client:
 
     Picklable and cheap: a copy in a task or actor connects lazily.
     ``transport`` is ``"auto"`` (shared memory on the caller's node, Ray
-    calls elsewhere), or forces ``"shm"``/``"tcp"`` (socket to the shard's
-    server) or ``"ray"``.  ``max_mass_age_s > 0`` draws shard counts from
+    calls elsewhere), or forces ``"shm"`` (only for shards on this node) or
+    ``"ray"``.  ``max_mass_age_s > 0`` draws shard counts from
     masses up to that old (one round trip, no over-fetch)."""
 
     def __init__(self, actors: Sequence[Any], tables: Mapping[str, dict[str, Any]], *,
@@ -67,7 +67,7 @@ class Client:
         self._max_age = float(max_mass_age_s)
         self._seed = seed
         self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # connections, threads and the generator
         n = len(self._actors)
         self._hellos: list[dict[str, Any] | None] = [None] * n
         self._conns: list[ShardClient | None] = [None] * n
@@ -133,9 +133,7 @@ class Client:
 
             return (ShardClient(f"ray-shard-{s}:{h['port']}", reconnect_window=0.0,
                                 connector=connector(self._actors[s])), "ray")
-        conn = ShardClient(f"{h['host']}:{h['port']}", reconnect_window=1.0)
-        local = h["host"].startswith("127.") and mode == "shm"
-        return conn, "shm" if local else "tcp"
+        return ShardClient(f"{h['host']}:{h['port']}", reconnect_window=1.0), "shm"
 
     def _lost(self, s: int) -> errors.ShardUnavailableError:
         """Shard ``s`` failed a call: drop its connection, see whether it
@@ -169,7 +167,7 @@ class Client:
         return ex
 
     def transport(self, shard: int) -> str:
-        """``"shm"``, ``"tcp"`` or ``"ray"``: how this client reaches ``shard``."""
+        """``"shm"`` or ``"ray"``: how this client reaches ``shard``."""
         self._conn(shard)
         return self._kinds[shard]
 
@@ -345,7 +343,7 @@ class Client:
         if self._max_age > 0 and fresh:
             assert cached is not None
             masses[live] = cached[1][live]
-            want = _sampling.draw_counts(self._rng, batch, masses)
+            want = self._counts(batch, masses)
         elif meta["overfetch"]:
             prior = cached[1][live] if cached is not None else np.ones(len(live))
             if not prior.sum() > 0:
@@ -354,7 +352,7 @@ class Client:
             want[live] = _sampling.overfetch(batch, prior / prior.sum())
         else:
             masses = self._state_masses(table, live, sizes)
-            want = _sampling.draw_counts(self._rng, batch, masses)
+            want = self._counts(batch, masses)
         futures = {s: self._on(s).submit(self._fetch, s, table, int(want[s]), 0)
                    for s in live if want[s] > 0}
         replies: dict[int, Any] = {}
@@ -375,7 +373,7 @@ class Client:
                 masses = np.zeros(n_sh)
                 for s, (info, _) in replies.items():
                     masses[s] = _sampling.mass_of(info, meta["exponent"])
-                counts = _sampling.draw_counts(self._rng, batch, masses)
+                counts = self._counts(batch, masses)
                 self._stats["overfetched"] += int(sum(
                     len(r[0]) for r in replies.values()) - counts.sum())
             else:
@@ -415,6 +413,10 @@ class Client:
         flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
         self._stats["samples"] += batch
         return info_all, _nest.unflatten_as(structure, flat)
+
+    def _counts(self, batch: int, masses: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return _sampling.draw_counts(self._rng, batch, masses)
 
     def _state_masses(self, table: str, live: list[int], sizes: np.ndarray) -> np.ndarray:
         """Masses read from the shards' tables (a round trip before the draw,
@@ -481,15 +483,26 @@ class Client:
         self._pending.append(self._on(s).submit(self._apply, s, op, args))
 
     def _apply(self, s: int, op: str, args: tuple[Any, ...]) -> None:
+        """On shard ``s``'s thread: queue the update on its connection (sent
+        with that thread's next call, or by the connection's flusher)."""
         try:
-            conn = self._conn(s)
-            getattr(conn, op)(*args)
-            conn.sync()
+            getattr(self._conn(s), op)(*args)
         except _FAILURES:
             self._stats["updates_dropped_unavailable"] += len(args[1])
             self._lost(s)
 
+    def _settle(self, s: int) -> None:
+        conn = self._conns[s]
+        if conn is None:
+            return
+        try:
+            conn.sync()
+        except _FAILURES:
+            self._lost(s)
+
     def sync_wait(self) -> None:
+        """Wait until the updates are queued on the shards' threads (each
+        shard's next sample ships them first)."""
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
@@ -497,6 +510,9 @@ class Client:
     def sync(self) -> None:
         """Wait until the shards applied every priority update sent so far."""
         self.sync_wait()
+        for f in [self._on(s).submit(self._settle, s) for s in range(len(self._actors))
+                  if self._threads[s] is not None]:
+            f.result()
 
     def stats(self) -> dict[str, int]:
         return dict(self._stats)

@@ -67,12 +67,17 @@ def mass_of(info: SampleInfoBatch, exponent: float | None) -> float:
 def overfetch(batch: int, fractions: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """How many items to ask each shard for so that a multinomial count
     drawn from about these ``fractions`` rarely exceeds it (mean plus four
-    standard deviations plus two, at most ``batch``; at least one from a
-    shard with any mass so that its reply carries its current mass)."""
+    standard deviations plus two, rounded up to a step of about a
+    sixteenth of the batch, at most ``batch``; at least one, so that the
+    reply of every shard carries its current mass)."""
     f = np.asarray(fractions, dtype=np.float64)
     mean = batch * f
     sd = np.sqrt(np.maximum(batch * f * (1 - f), 0.0))
-    want = np.ceil(mean + 4 * sd + 2).astype(np.int64)
+    want = np.ceil(mean + 4 * sd + 2)
+    # Rounded up to a step of about batch/16, so that consecutive calls ask
+    # a shard for the same count and its batches can be made ahead.
+    step = 1 << max(0, int(batch // 16).bit_length() - 1)
+    want = (np.ceil(want / step) * step).astype(np.int64)
     return np.minimum(np.maximum(want, 1), batch)
 
 

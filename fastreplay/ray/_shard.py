@@ -104,13 +104,14 @@ class Shard:
         self._num_shards = num_shards
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
-        self._restarts = _count_start(ctx.get_actor_id(), ctx.was_current_actor_reconstructed)
+        self._restarts = _count_start(ctx.get_actor_id())
         tables = [Table(**copy.deepcopy(cfg)) for cfg in configs]
         self._checkpointer: _Restore | None = None
         if checkpoint_dir is not None:
             self._checkpointer = _Restore(os.path.join(checkpoint_dir, f"shard-{index}"))
-        host = ray.util.get_node_ip_address()
-        self._server = Server(tables, port=0, host=host, key_prefix=index,
+        # Clients on this node connect through loopback (Unix socket and
+        # shared memory); clients elsewhere through Ray calls (link_*).
+        self._server = Server(tables, port=0, host="127.0.0.1", key_prefix=index,
                               checkpointer=self._checkpointer)
         self._link = LinkHost(self._server)
         self._stop = threading.Event()
@@ -173,9 +174,9 @@ class Shard:
         self._server.stop()
 
 
-def _count_start(actor_id: str, reconstructed: bool) -> int:
+def _count_start(actor_id: str) -> int:
     """How many times Ray restarted this actor (its starts, counted in
-    Ray's cluster-wide key-value store, minus one)."""
+    Ray's cluster-wide key-value store, minus one; 0 without the store)."""
     try:
         from ray.experimental import internal_kv
         key = f"shard-starts/{actor_id}".encode()
@@ -184,5 +185,5 @@ def _count_start(actor_id: str, reconstructed: bool) -> int:
         internal_kv._internal_kv_put(key, str(starts).encode(), overwrite=True,
                                      namespace=_KV_NAMESPACE)
         return starts - 1
-    except Exception:  # noqa: BLE001 - no store: only whether it restarted
-        return int(reconstructed)
+    except Exception:  # noqa: BLE001 - no store: counted as a first start
+        return 0
