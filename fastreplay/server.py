@@ -15,7 +15,7 @@ import socket
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from fastreplay import _core
 from fastreplay.table import Table
@@ -46,10 +46,9 @@ def _check_key_prefix(key_prefix: object) -> int | None:
     naming the argument otherwise."""
     if key_prefix is None:
         return None
-    try:
-        value = None if isinstance(key_prefix, bool) else operator.index(key_prefix)
-    except TypeError:
-        value = None
+    value = None
+    if isinstance(key_prefix, SupportsIndex) and not isinstance(key_prefix, bool):
+        value = operator.index(key_prefix)
     if value is None or not 0 <= value <= 255:
         raise ValueError(f"key_prefix must be None or an int in [0, 255] (the top "
                          f"8 bits of item keys), got {key_prefix!r}")
