@@ -82,6 +82,7 @@ class RemoteBackend:
         self._lock = threading.Lock()
         self._conns: list[Conn] = []
         self._staging: dict[str, Table] | None = None
+        self._key_prefix: int | None = None  # the server's (hello)
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
         self._store = _core.ChunkStore()
@@ -139,7 +140,20 @@ class RemoteBackend:
                           and result.get("host") in (self._host, "0.0.0.0", "::")):
             sock.close()  # another server's socket (one on another loopback address)
             return None
+        self._adopt_key_prefix(result)
         return sock
+
+    def _adopt_key_prefix(self, hello: Any) -> None:
+        """Take the server's item key prefix from its hello (None from a
+        server without one): the staging queues' writers draw keys with it,
+        as the server's own writers do."""
+        prefix = hello.get("key_prefix") if isinstance(hello, dict) else None
+        if type(prefix) is not int or not 0 <= prefix <= 255:
+            prefix = None
+        with self._lock:  # staging() builds the queues under it
+            self._key_prefix = prefix
+            for table in (self._staging or {}).values():
+                table._set_key_prefix(prefix)
 
     def _connect(self, deadline: float) -> Conn:
         delay = 0.01
@@ -348,16 +362,23 @@ class RemoteBackend:
             infos = self.info()
         with self._lock:
             if self._staging is None:
-                self._staging = {
+                staging = {
                     n: Table.queue(n, STAGING_ITEMS, signature=i.signature,
                                    compression=i.compression)
                     for n, i in infos.items()}
+                for table in staging.values():
+                    table._set_key_prefix(self._key_prefix)
+                self._staging = staging
                 self._outbox = Outbox(self, self._staging)
                 self._closers.append(self._outbox.close)
             return self._staging, self._store, Sink(self._outbox, self)
 
-    def sample_batch(self, table: str, n: int, timeout: float | None
+    def sample_batch(self, table: str, n: int, timeout: float | None,
+                     meta: dict[str, Any] | None = None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+        """A batch of ``n`` from ``table``; ``meta`` (when given) receives
+        the table's ``"mass"`` (``Table.priority_mass``) and ``"size"`` as
+        the server read them right after sampling this batch."""
         conn = self._conn(time.monotonic() + self._window)
         with conn.lock:
             got = self._take_ahead(conn, table, n)
@@ -375,6 +396,9 @@ class RemoteBackend:
                     pass
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
+        if meta is not None:
+            meta["mass"] = float(result["mass"])
+            meta["size"] = int(result["size"])
         if segment is not None and result.get("shm") == segment[1].name:
             arrays = segment_arrays(result["arrays"], *segment)
         else:

@@ -156,7 +156,8 @@ class Service:
                 raise wire.FrameError("bad token")
         wire.send_frame(sock, wire.KIND_REPLY, {"result": {
             "tables": sorted(self._server.tables), "version": wire.VERSION,
-            "host": self._server.host, "port": self._server.port}})
+            "host": self._server.host, "port": self._server.port,
+            "key_prefix": self._server.key_prefix}})
 
     def _table(self, args: dict[str, Any]) -> Table:
         name = args.get("table")
@@ -196,13 +197,15 @@ class Service:
         head = len(SampleInfoBatch._fields) * ((8 * n + 63) // 64 * 64)
         info, columns, sid = table.sample_batch(n, timeout=_timeout(args),
                                                 out=segment, offset=head)
+        mass, size = table.mass_and_size()  # what a sharded client weighs by
         structure = (table.signature if table.signature is not None
                      else _structures.get(sid))
         arrays = [*info, *columns]
         offsets, total = _shm_layout(arrays)
         reply = {"n_info": len(SampleInfoBatch._fields),
                  "structure": structure_to_json(structure),
-                 "n_leaves": len(columns), "nbytes": total}
+                 "n_leaves": len(columns), "nbytes": total,
+                 "mass": mass, "size": size}
         if segment is not None and total <= segment.size:
             target = np.frombuffer(segment, np.uint8)
             descs = []
