@@ -396,7 +396,7 @@ class RemoteBackend:
                     pass
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
-        if meta is not None:
+        if meta is not None and "mass" in result:  # older servers send neither
             meta["mass"] = float(result["mass"])
             meta["size"] = int(result["size"])
         if segment is not None and result.get("shm") == segment[1].name:
