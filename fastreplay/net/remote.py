@@ -73,7 +73,8 @@ class RemoteBackend:
     """The tables of the server at ``host:port`` in another process."""
 
     def __init__(self, host: str, port: int, *, reconnect_window: float | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None,
+                 connector: Callable[[float], Any] | None = None) -> None:
         self._host = "127.0.0.1" if host in ("", "localhost") else host.strip("[]")
         self._port = port
         self._window = _window() if reconnect_window is None else reconnect_window
@@ -85,7 +86,12 @@ class RemoteBackend:
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
         self._store = _core.ChunkStore()
-        self._same_host = self._host in _LOOPBACK or self._host.startswith("127.")
+        # connector(wait): a socket-like object (sendall, recv_into,
+        # settimeout, close) carrying the frames instead of TCP or the Unix
+        # socket, e.g. Ray actor calls; no shared memory through it.
+        self._connector = connector
+        self._same_host = connector is None and (
+            self._host in _LOOPBACK or self._host.startswith("127."))
         self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
         self._flusher: Flusher | None = None
@@ -99,10 +105,13 @@ class RemoteBackend:
     # ----- connections -----
 
     def _open(self, deadline: float, local: bool) -> socket.socket | None:
-        """A connection that said hello: through the server's Unix socket
-        (``local``; None when there is none) or TCP."""
+        """A connection that said hello: through the connector when there is
+        one, else the server's Unix socket (``local``; None when there is
+        none) or TCP."""
         wait = max(0.05, min(5.0, deadline - time.monotonic()))
-        if local:
+        if self._connector is not None:
+            sock = self._connector(wait)
+        elif local:
             name = wire.local_socket_name(self._port)
             if name is None:
                 return None
