@@ -194,13 +194,29 @@ def test_client_pickles_with_connector(shard, ray_session):  # type: ignore[no-u
 
 
 def test_sessions_closed_with_the_client(shard, ray_session):  # type: ignore[no-untyped-def]
-    before = ray_session.get(shard.sessions.remote(), timeout=30)
+    _wait_sessions(ray_session, shard, 0)  # earlier tests' clients closed theirs
     client = _client(shard, ray_session)
     client.server_info()
-    assert ray_session.get(shard.sessions.remote(), timeout=30) == before + 1
+    assert ray_session.get(shard.sessions.remote(), timeout=30) == 1
     client.close()
+    _wait_sessions(ray_session, shard, 0)
+
+
+def _wait_sessions(ray: Any, shard: Any, n: int) -> None:
     deadline = time.monotonic() + 30
-    while ray_session.get(shard.sessions.remote(), timeout=30) != before:
+    while ray.get(shard.sessions.remote(), timeout=30) != n:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _wait_dead(ray: Any, actor: Any) -> None:
+    """Until the killed actor's calls fail (ray.kill is asynchronous)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get(actor.address.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
@@ -211,8 +227,7 @@ def test_dead_actor_is_unavailable_within_window(ray_session):  # type: ignore[n
     try:
         client.insert([np.zeros(2, np.float32)], {"uniform": 1.0})
         ray_session.kill(actor, no_restart=True)
-        with pytest.raises(ray_session.exceptions.RayActorError):  # gone for sure
-            ray_session.get(actor.address.remote(), timeout=30)
+        _wait_dead(ray_session, actor)
         t0 = time.monotonic()
         with pytest.raises(errors.UnavailableError):
             client.sample_batch("uniform", 1)

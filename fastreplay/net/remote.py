@@ -109,6 +109,7 @@ class RemoteBackend:
         one, else the server's Unix socket (``local``; None when there is
         none) or TCP."""
         wait = max(0.05, min(5.0, deadline - time.monotonic()))
+        sock: socket.socket
         if self._connector is not None:
             sock = self._connector(wait)
         elif local:
@@ -267,6 +268,12 @@ class RemoteBackend:
         wire.send_frame(conn.sock, wire.KIND_CALL, {"op": "priorities", "args": args},
                         blobs)
 
+    def _flush_ops(self, conn: Conn) -> None:
+        """``_ship_ops`` for the Flusher: what it sends goes now even
+        through a connector that buffers until a read (``_push``)."""
+        self._ship_ops(conn)
+        _push(conn)
+
     def settle(self) -> None:
         """Send this thread's waiting priority updates and wait for the
         replies its deferred calls still owe (sending them again on a new
@@ -382,6 +389,7 @@ class RemoteBackend:
                     and ahead.eligible(self.table_info(table))):
                 while len(now.ahead) < AHEAD_DEPTH and self._ask_ahead(now, table, n):
                     pass
+                _push(now)
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
         if segment is not None and result.get("shm") == segment[1].name:
@@ -564,7 +572,7 @@ class RemoteBackend:
             if self._flusher is None:
                 with self._lock:
                     if self._flusher is None:
-                        self._flusher = Flusher(self._ship_ops)
+                        self._flusher = Flusher(self._flush_ops)
                         self._closers.append(self._flusher.close)
             self._flusher.watch(conn)
 
@@ -594,6 +602,18 @@ class RemoteBackend:
     def metrics(self) -> dict[str, float]:
         result, _ = self.call("metrics", {})
         return {str(k): v for k, v in result.items()}
+
+
+def _push(conn: Conn) -> None:
+    """Ship what a connector's socket-like object buffers (``push``, e.g.
+    a Ray link's, which otherwise waits for 64 KiB or a read): for
+    requests sent ahead of their reads."""
+    push = getattr(conn.sock, "push", None)
+    if push is not None:
+        try:
+            push()
+        except OSError:
+            pass  # the next call finds the connection broken, reconnects
 
 
 def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import socket
 import threading
 import time
 from typing import Any
@@ -74,6 +73,12 @@ class RaySocket:
             raise BrokenPipeError("fastreplay ray link is closed")
         self._out += data
         if len(self._out) >= SHIP_BYTES:
+            self._ship()
+
+    def push(self) -> None:
+        """Ship what is buffered now (requests sent ahead of their reads:
+        batches asked for ahead, priority updates of the Flusher)."""
+        if self._out and not (self._closed or self._eof):
             self._ship()
 
     def _ship(self) -> None:
@@ -156,7 +161,7 @@ class RayConnector:
         try:
             session = ray.get(self.actor.link_open.remote(), timeout=timeout)
         except GetTimeoutError:
-            raise socket.timeout("fastreplay shard actor did not answer") from None
+            raise TimeoutError("fastreplay shard actor did not answer") from None
         except RayError as exc:
             raise ConnectionRefusedError(
                 f"fastreplay shard actor unreachable: {exc}") from None
