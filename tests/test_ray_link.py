@@ -289,6 +289,71 @@ def test_session_splits_and_joins_frames() -> None:
         server.stop()
 
 
+def test_session_copies_what_it_keeps() -> None:
+    """The bytes of an incomplete frame are copied (Ray's zero-copy argument
+    buffers are never kept, ray#8227): overwriting them after feed changes
+    nothing."""
+    server = fastreplay.Server(_tables(), port=0)
+    try:
+        session = server.session()
+        data = bytearray(_frame({"op": "hello", "token": None, "args": {}})
+                         + _frame({"op": "info", "args": {}}))
+        cut = len(data) - 5
+        out = session.feed(memoryview(data)[:cut])
+        data[:] = b"\0" * len(data)  # the caller's buffer reused
+        out += session.feed(_frame({"op": "info", "args": {}})[-5:])
+        assert _kinds(out) == [wire.KIND_REPLY, wire.KIND_REPLY]
+    finally:
+        server.stop()
+
+
+def test_session_ids_are_not_reused_after_a_restart() -> None:
+    """A host's next life (a restarted actor) never hands a client of the
+    previous one a session that is another's: unknown ids answer None."""
+    from fastreplay.ray._link import LinkHost
+
+    server = fastreplay.Server(_tables(), port=0)
+    try:
+        first, second = LinkHost(server), LinkHost(server)
+        old = first.link_open()
+        new = second.link_open()
+        assert old != new
+        assert second.link_exchange(old, 0, _frame(
+            {"op": "hello", "token": None, "args": {}})) is None
+    finally:
+        server.stop()
+
+
+def test_ray_socket_timeout_and_dead_actor(ray_session):  # type: ignore[no-untyped-def]
+    """A RaySocket behaves as a socket: its timeout raises TimeoutError (the
+    reply still read later), a dead actor ConnectionResetError."""
+    from fastreplay.ray._link import RaySocket
+
+    @ray_session.remote(num_cpus=0)
+    class Slow:
+        def link_exchange(self, session_id: int, seq: int, data: bytes) -> bytes:
+            time.sleep(1.0)
+            return bytes(data)
+
+        def link_close(self, session_id: int, seq: int | None = None) -> None:
+            pass
+
+    actor = Slow.remote()
+    sock = RaySocket(actor, 1)
+    buf = bytearray(4)
+    sock.sendall(b"ping")
+    sock.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        sock.recv_into(buf)
+    sock.settimeout(30)
+    assert sock.recv_into(buf) == 4 and bytes(buf) == b"ping"
+    ray_session.kill(actor, no_restart=True)
+    sock.sendall(b"pong")
+    with pytest.raises(ConnectionResetError):
+        sock.recv_into(buf)
+    sock.close()
+
+
 def test_session_refuses_a_wrong_token() -> None:
     server = fastreplay.Server(_tables(), port=0, token="secret")
     try:

@@ -23,7 +23,7 @@ the bytes travel differently.
 from __future__ import annotations
 
 import collections
-import itertools
+import secrets
 import threading
 import time
 from typing import Any
@@ -37,8 +37,8 @@ __all__ = ["LinkHost", "RayConnector", "RaySocket", "SHIP_BYTES", "MAX_IN_FLIGHT
 SHIP_BYTES = 64 << 10
 #: Exchanges of one RaySocket in flight; past this a send waits for the oldest
 #: reply (as a full socket buffer would), so one connection keeps at most this
-#: many of the actor's threads.
-MAX_IN_FLIGHT = 8
+#: many of the actor's threads (one running, the next waiting its turn).
+MAX_IN_FLIGHT = 2
 
 
 def _broken(exc: BaseException) -> OSError:
@@ -197,7 +197,6 @@ class LinkHost:
         self._max_idle = max_idle_s
         self._lock = threading.Lock()
         self._links: dict[int, _Link] = {}
-        self._ids = itertools.count(1)
 
     def link_open(self) -> int:
         """A new session's id."""
@@ -208,7 +207,11 @@ class LinkHost:
                 if now - old.used > self._max_idle:
                     del self._links[sid]
                     old.session.close()
-            sid = next(self._ids)
+            # Random: a client of this actor's previous life (before a
+            # restart) must not find its session id taken by another client.
+            sid = secrets.randbits(62)
+            while sid in self._links:
+                sid = secrets.randbits(62)
             self._links[sid] = link
         return sid
 
