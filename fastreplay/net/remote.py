@@ -221,13 +221,19 @@ class RemoteBackend:
                     conn.sock.settimeout(None if timeout is None else timeout + 10.0)
                     if conn.ops.items:
                         self._ship_ops(conn)
-                    if not defer or len(conn.pending) >= MAX_OWED:
+                    # A pipelined connection (a Ray link, where a round trip
+                    # costs a millisecond) sends the call before reading the
+                    # replies owed; a socket reads them first.
+                    pipelined = getattr(conn.sock, "pipelined", False) and not defer
+                    if len(conn.pending) >= MAX_OWED or not (defer or pipelined):
                         conn.settle()
                     wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
                                     blobs)
                     if defer:
                         conn.pending.append((op, args, blobs, timeout, build))
                         return None, None
+                    if conn.pending:
+                        _settle_before(conn)
                     kind, msg, blob = conn.reader.recv_frame()
                 except TimeoutError:
                     self._drop(conn)
@@ -602,6 +608,21 @@ class RemoteBackend:
     def metrics(self) -> dict[str, float]:
         result, _ = self.call("metrics", {})
         return {str(k): v for k, v in result.items()}
+
+
+def _settle_before(conn: Conn) -> None:
+    """Read the replies owed before a pipelined call's; when one is an
+    error, the call's reply is read and dropped and the error raised."""
+    try:
+        conn.settle()
+    except (OSError, wire.FrameError):
+        raise
+    except Exception:
+        try:
+            conn.reader.recv_frame()
+        except (OSError, wire.FrameError):
+            pass  # the next call reconnects
+        raise
 
 
 def _push(conn: Conn) -> None:

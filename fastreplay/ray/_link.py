@@ -50,6 +50,10 @@ class RaySocket:
     ``session_id``).  Used by one thread at a time (the client's
     ``Conn.lock``)."""
 
+    #: The client sends a call before reading the replies it owes
+    #: (``RemoteBackend.call``): one exchange instead of two.
+    pipelined = True
+
     def __init__(self, actor: Any, session_id: int) -> None:
         self._actor = actor
         self._session = session_id
