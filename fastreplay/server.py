@@ -22,6 +22,7 @@ from fastreplay.table import Table
 
 if TYPE_CHECKING:
     from fastreplay.client import Client
+    from fastreplay.net.service import Session
 
 __all__ = ["Server"]
 
@@ -194,6 +195,12 @@ class Server:
             out.update(table.metrics())
         out.update(chunk_store_metrics(self._store.stats()))
         return out
+
+    def session(self) -> Session:
+        """A virtual connection to this server whose protocol frames come as
+        bytes through another transport (``Session.feed``), e.g. Ray actor
+        calls (``fastreplay.ray``): it serves them as a socket connection."""
+        return self._service.session()
 
     def localhost_client(self) -> Client:
         from fastreplay.client import Client
