@@ -129,22 +129,18 @@ class Client:
             same = h["node_id"] == _ray().get_runtime_context().get_node_id()
             mode = "shm" if same else "ray"
         if mode == "ray":
-            from fastreplay.ray._link import connector
-
-            return (ShardClient(f"ray-shard-{s}:{h['port']}", reconnect_window=0.0,
-                                connector=connector(self._actors[s])), "ray")
+            return (ShardClient(f"{h['host']}:{h['port']}", reconnect_window=0.0,
+                                connector=_Pinned(self._actors[s], s, h)), "ray")
         return ShardClient(f"{h['host']}:{h['port']}", reconnect_window=1.0), "shm"
 
     def _lost(self, s: int) -> errors.ShardUnavailableError:
         """Shard ``s`` failed a call: drop its connection, see whether it
         answers again (restarted: a new address next time)."""
         with self._lock:
-            conn, self._conns[s] = self._conns[s], None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - the connection is gone anyway
-                pass
+            # Dropped, not closed: writers of the shard still hold it and
+            # must see the failure themselves (closing would ship nothing
+            # and hide it); it closes when the last of them lets it go.
+            self._conns[s] = None
         try:
             self._hello(s, timeout=2.0, fresh=True)
             self._dead.discard(s)
@@ -572,6 +568,36 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _Pinned:
+    """A Ray-call connector to one incarnation of a shard: after Ray
+    restarts the shard, connecting again raises ``ShardUnavailableError``
+    (the writer's chunks and unacknowledged items died with it), the way a
+    restarted shard's new port refuses a socket client."""
+
+    def __init__(self, actor: Any, shard: int, hello: dict[str, Any]) -> None:
+        from fastreplay.ray._link import RayConnector
+
+        self._inner = RayConnector(actor)
+        self._actor = actor
+        self._shard = shard
+        self._pid, self._restarts = hello["pid"], hello["restarts"]
+        self._first = True
+
+    def __call__(self, timeout: float) -> Any:
+        if not self._first:
+            ray = _ray()
+            try:
+                h = ray.get(self._actor.hello.remote(), timeout=max(timeout, 0.1))
+            except Exception as exc:  # noqa: BLE001 - dead or restarting
+                raise OSError(f"shard {self._shard}: {type(exc).__name__}") from None
+            if (h["pid"], h["restarts"]) != (self._pid, self._restarts):
+                raise errors.ShardUnavailableError(
+                    f"shard {self._shard} restarted (restarts: {h['restarts']})",
+                    shard=self._shard, restarts=int(h["restarts"]))
+        self._first = False
+        return self._inner(timeout)
 
 
 def _groups(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:

@@ -140,7 +140,7 @@ class Shard:
 
     def state(self) -> dict[str, tuple[float, int, bool]]:
         """``{table: (priority mass, size, can sample one)}``."""
-        return {n: (t.priority_mass, t.size(), t.can_sample(1))
+        return {n: (*t.mass_and_size(), t.can_sample(1))
                 for n, t in self._server.tables.items()}
 
     def tables_meta(self) -> dict[str, dict[str, Any]]:
@@ -163,14 +163,15 @@ class Shard:
     def link_open(self) -> int:
         return int(self._link.link_open())
 
-    def link_exchange(self, session: int, seq: int, data: bytes) -> bytes:
-        return bytes(self._link.link_exchange(session, seq, data))
+    def link_exchange(self, session: int, seq: int, data: bytes) -> bytes | None:
+        return self._link.link_exchange(session, seq, data)
 
-    def link_close(self, session: int) -> None:
-        self._link.link_close(session)
+    def link_close(self, session: int, seq: int | None = None) -> None:
+        self._link.link_close(session, seq)
 
     def close(self) -> None:
         self._stop.set()
+        self._link.close()
         self._server.stop()
 
 
