@@ -44,6 +44,7 @@ def shard_of(key: int | npt.ArrayLike) -> Any:
 
 def _ray() -> Any:
     import ray
+
     return ray
 
 
@@ -56,9 +57,15 @@ class Client:
     ``"ray"``.  ``max_mass_age_s > 0`` draws shard counts from
     masses up to that old (one round trip, no over-fetch)."""
 
-    def __init__(self, actors: Sequence[Any], tables: Mapping[str, dict[str, Any]], *,
-                 transport: str = "auto", max_mass_age_s: float = 0.0,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        tables: Mapping[str, dict[str, Any]],
+        *,
+        transport: str = "auto",
+        max_mass_age_s: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport ({transport!r}) must be one of {_TRANSPORTS}")
         self._actors = list(actors)
@@ -77,14 +84,21 @@ class Client:
         self._masses: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}
         self._threads: list[cf.ThreadPoolExecutor | None] = [None] * n
         self._pending: list[cf.Future[Any]] = []
-        self._stats = {"updates_dropped_unavailable": 0, "samples": 0,
-                       "second_rounds": 0, "overfetched": 0}
+        self._stats = {
+            "updates_dropped_unavailable": 0,
+            "samples": 0,
+            "second_rounds": 0,
+            "overfetched": 0,
+        }
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self._actors, self._tables, self._transport, self._max_age))
 
     def __repr__(self) -> str:
-        return f"fastreplay.ray.Client(shards={len(self._actors)}, tables={sorted(self._tables)})"
+        return (
+            f"fastreplay.ray.Client(shards={len(self._actors)}, "
+            f"tables={sorted(self._tables)})"
+        )
 
     @property
     def num_shards(self) -> int:
@@ -92,8 +106,9 @@ class Client:
 
     # ----- shards -----
 
-    def _hello(self, s: int, timeout: float | None = 30.0, fresh: bool = False
-               ) -> dict[str, Any]:
+    def _hello(
+        self, s: int, timeout: float | None = 30.0, fresh: bool = False
+    ) -> dict[str, Any]:
         h = self._hellos[s]
         if h is None or fresh:
             ray = _ray()
@@ -101,8 +116,10 @@ class Client:
                 h = ray.get(self._actors[s].hello.remote(), timeout=timeout)
             except Exception as exc:  # noqa: BLE001 - dead, restarting or slow
                 raise errors.ShardUnavailableError(
-                    f"shard {s} does not answer ({type(exc).__name__})", shard=s,
-                    restarts=self._restarts(s)) from None
+                    f"shard {s} does not answer ({type(exc).__name__})",
+                    shard=s,
+                    restarts=self._restarts(s),
+                ) from None
             self._hellos[s] = h
         assert h is not None
         return h
@@ -129,8 +146,14 @@ class Client:
             same = h["node_id"] == _ray().get_runtime_context().get_node_id()
             mode = "shm" if same else "ray"
         if mode == "ray":
-            return (ShardClient(f"{h['host']}:{h['port']}", reconnect_window=0.0,
-                                connector=_Pinned(self._actors[s], s, h)), "ray")
+            return (
+                ShardClient(
+                    f"{h['host']}:{h['port']}",
+                    reconnect_window=0.0,
+                    connector=_Pinned(self._actors[s], s, h),
+                ),
+                "ray",
+            )
         return ShardClient(f"{h['host']}:{h['port']}", reconnect_window=1.0), "shm"
 
     def _lost(self, s: int) -> errors.ShardUnavailableError:
@@ -147,8 +170,10 @@ class Client:
         except errors.ShardUnavailableError:
             self._dead.add(s)
         return errors.ShardUnavailableError(
-            f"shard {s} is unavailable (restarts: {self._restarts(s)})", shard=s,
-            restarts=self._restarts(s))
+            f"shard {s} is unavailable (restarts: {self._restarts(s)})",
+            shard=s,
+            restarts=self._restarts(s),
+        )
 
     def _on(self, s: int) -> cf.ThreadPoolExecutor:
         """The thread that talks to shard ``s`` for this client."""
@@ -157,7 +182,8 @@ class Client:
             with self._lock:
                 if self._threads[s] is None:
                     self._threads[s] = cf.ThreadPoolExecutor(
-                        1, thread_name_prefix=f"fastreplay-ray-shard{s}")
+                        1, thread_name_prefix=f"fastreplay-ray-shard{s}"
+                    )
                 ex = self._threads[s]
         assert ex is not None
         return ex
@@ -175,28 +201,52 @@ class Client:
             hellos = ray.get([a.hello.remote() for a in self._actors], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise errors.DeadlineExceededError(
-                f"the shards did not all answer within {timeout} s") from None
+                f"the shards did not all answer within {timeout} s"
+            ) from None
         self._hellos = list(hellos)
         self._dead.clear()
 
     def shard_info(self, timeout: float | None = 30.0) -> list[ShardInfo]:
         ray = _ray()
         out = []
-        refs = [(a.hello.remote(), a.info.remote(), a.state.remote()) for a in self._actors]
+        refs = [
+            (a.hello.remote(), a.info.remote(), a.state.remote()) for a in self._actors
+        ]
         for s, (h_ref, i_ref, st_ref) in enumerate(refs):
             try:
                 h, tables, state = ray.get([h_ref, i_ref, st_ref], timeout=timeout)
             except Exception:  # noqa: BLE001 - a dead shard is reported, not raised
                 old = self._hellos[s] or {}
-                out.append(ShardInfo(s, old.get("node_id", ""), False, self._restarts(s),
-                                     old.get("restored_from"), self._kinds[s] or "",
-                                     {}, {}, old.get("host", ""), old.get("port", 0)))
+                out.append(
+                    ShardInfo(
+                        s,
+                        old.get("node_id", ""),
+                        False,
+                        self._restarts(s),
+                        old.get("restored_from"),
+                        self._kinds[s] or "",
+                        {},
+                        {},
+                        old.get("host", ""),
+                        old.get("port", 0),
+                    )
+                )
                 continue
             self._hellos[s] = h
-            out.append(ShardInfo(s, h["node_id"], True, int(h["restarts"]),
-                                 h["restored_from"], self._kinds[s] or "",
-                                 tables, {n: v[0] for n, v in state.items()},
-                                 h["host"], h["port"]))
+            out.append(
+                ShardInfo(
+                    s,
+                    h["node_id"],
+                    True,
+                    int(h["restarts"]),
+                    h["restored_from"],
+                    self._kinds[s] or "",
+                    tables,
+                    {n: v[0] for n, v in state.items()},
+                    h["host"],
+                    h["port"],
+                )
+            )
         return out
 
     # ----- writing -----
@@ -210,26 +260,35 @@ class Client:
         if not live:
             raise errors.ShardUnavailableError("no shard is available")
         here = _ray().get_runtime_context().get_node_id()
-        local = [s for s in live if (self._hellos[s] or self._hello(s))["node_id"] == here]
+        local = [
+            s for s in live if (self._hellos[s] or self._hello(s))["node_id"] == here
+        ]
         pool = local or live
         return min(pool, key=lambda s: (self._bound[s], s))
 
-    def trajectory_writer(self, num_keep_alive_refs: int, *, shard: int | None = None,
-                          validate_items: bool = True) -> ShardWriter:
+    def trajectory_writer(
+        self,
+        num_keep_alive_refs: int,
+        *,
+        shard: int | None = None,
+        validate_items: bool = True,
+    ) -> ShardWriter:
         """Reverb's ``TrajectoryWriter``, bound to one shard (``writer.shard``):
         a shard on the caller's node if there is one, else the one with the
         fewest writers of this client."""
         s = self._route(shard)
         try:
-            w = self._conn(s).trajectory_writer(num_keep_alive_refs,
-                                                validate_items=validate_items)
+            w = self._conn(s).trajectory_writer(
+                num_keep_alive_refs, validate_items=validate_items
+            )
         except _FAILURES:
             raise self._lost(s) from None
         self._bound[s] += 1
         return ShardWriter(w, s, self)
 
-    def structured_writer(self, configs: Sequence[Any], *, shard: int | None = None
-                          ) -> ShardWriter:
+    def structured_writer(
+        self, configs: Sequence[Any], *, shard: int | None = None
+    ) -> ShardWriter:
         s = self._route(shard)
         try:
             w = self._conn(s).structured_writer(configs)
@@ -238,8 +297,9 @@ class Client:
         self._bound[s] += 1
         return ShardWriter(w, s, self)
 
-    def insert(self, data: Any, priorities: Mapping[str, float], *,
-               shard: int | None = None) -> None:
+    def insert(
+        self, data: Any, priorities: Mapping[str, float], *, shard: int | None = None
+    ) -> None:
         s = self._route(shard)
         try:
             self._conn(s).insert(data, priorities)
@@ -257,8 +317,10 @@ class Client:
     def _meta(self, table: str) -> dict[str, Any]:
         meta = self._tables.get(table)
         if meta is None:
-            raise ValueError(f'Could not find table "{table}". The following tables '
-                             f"exists: {', '.join(sorted(self._tables))}")
+            raise ValueError(
+                f'Could not find table "{table}". The following tables '
+                f"exists: {', '.join(sorted(self._tables))}"
+            )
         return meta
 
     def _fetch(self, s: int, table: str, n: int, timeout: float | None) -> Any:
@@ -272,9 +334,15 @@ class Client:
             self._lost(s)
             return exc
 
-    def sample_batch(self, table: str, batch_size: int, *, timeout: float | None = None,
-                     shard: int | None = None, require_all_shards: bool = False
-                     ) -> tuple[_sampling.ShardedSampleInfo, Any]:
+    def sample_batch(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        shard: int | None = None,
+        require_all_shards: bool = False,
+    ) -> tuple[_sampling.ShardedSampleInfo, Any]:
         """``batch_size`` items drawn exactly from the global distribution
         (``p_i**alpha / sum_all p**alpha``; by size for uniform tables).
         ``info`` reports global probabilities and table size, the shard of
@@ -288,7 +356,8 @@ class Client:
         if meta["kind"] not in ("prioritized", "uniform"):
             raise ValueError(
                 f"table '{table}' samples in {meta['kind']} order, which has no global "
-                "order across shards: pass shard= to sample one shard")
+                "order across shards: pass shard= to sample one shard"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.002
         while True:
@@ -299,28 +368,36 @@ class Client:
             if left is not None and left <= 0:
                 if len(self._dead) == len(self._actors):
                     raise errors.ShardUnavailableError(
-                        f"every shard of table '{table}' is unavailable")
+                        f"every shard of table '{table}' is unavailable"
+                    )
                 raise errors.DeadlineExceededError(
                     "Rate Limiter: Timeout exceeded before the right to sample was "
-                    f"acquired. (table '{table}', every shard)")
+                    f"acquired. (table '{table}', every shard)"
+                )
             time.sleep(delay if left is None else min(delay, left))
             delay = min(delay * 2, 0.05)
 
-    def _sample_one(self, table: str, n: int, timeout: float | None, s: int
-                    ) -> tuple[_sampling.ShardedSampleInfo, Any]:
+    def _sample_one(
+        self, table: str, n: int, timeout: float | None, s: int
+    ) -> tuple[_sampling.ShardedSampleInfo, Any]:
         if not 0 <= s < len(self._actors):
             raise ValueError(f"shard ({s}) must be in [0, {len(self._actors)})")
         try:
-            info, data = self._on(s).submit(
-                self._conn(s).sample_batch, table, n, timeout=timeout).result()
+            info, data = (
+                self._on(s)
+                .submit(self._conn(s).sample_batch, table, n, timeout=timeout)
+                .result()
+            )
         except _FAILURES:
             raise self._lost(s) from None
         size = int(info.table_size[0]) if len(info) else 0
-        return _sampling.merge_info([(s, info)], _one_hot(len(self._actors), s),
-                                    size, ()), data
+        return _sampling.merge_info(
+            [(s, info)], _one_hot(len(self._actors), s), size, ()
+        ), data
 
-    def _draw(self, table: str, batch: int, meta: dict[str, Any],
-              require_all: bool) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
+    def _draw(
+        self, table: str, batch: int, meta: dict[str, Any], require_all: bool
+    ) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
         """One attempt; None when no shard can sample now."""
         n_sh = len(self._actors)
         live = [s for s in range(n_sh) if s not in self._dead]
@@ -331,7 +408,9 @@ class Client:
                 missing = sorted(set(range(n_sh)) - set(live))
                 raise errors.ShardUnavailableError(
                     f"shards {missing} are unavailable (require_all_shards=True)",
-                    shard=missing[0], restarts=self._restarts(missing[0]))
+                    shard=missing[0],
+                    restarts=self._restarts(missing[0]),
+                )
         cached = self._masses.get(table)
         fresh = cached is not None and time.monotonic() - cached[0] <= self._max_age
         masses = np.zeros(n_sh)
@@ -349,8 +428,11 @@ class Client:
         else:
             masses = self._state_masses(table, live, sizes)
             want = self._counts(batch, masses)
-        futures = {s: self._on(s).submit(self._fetch, s, table, int(want[s]), 0)
-                   for s in live if want[s] > 0}
+        futures = {
+            s: self._on(s).submit(self._fetch, s, table, int(want[s]), 0)
+            for s in live
+            if want[s] > 0
+        }
         replies: dict[int, Any] = {}
         unavailable = [s for s in range(n_sh) if s in self._dead]
         for s, f in futures.items():
@@ -362,16 +444,20 @@ class Client:
                 sizes[s] = int(r[0].table_size[0]) if len(r[0]) else 0
         if require_all and unavailable:
             raise errors.ShardUnavailableError(
-                f"shards {sorted(unavailable)} are unavailable (require_all_shards=True)",
-                shard=unavailable[0], restarts=self._restarts(unavailable[0]))
+                f"shards {sorted(unavailable)} are unavailable "
+                "(require_all_shards=True)",
+                shard=unavailable[0],
+                restarts=self._restarts(unavailable[0]),
+            )
         if not (self._max_age > 0 and fresh):
             if meta["overfetch"]:
                 masses = np.zeros(n_sh)
                 for s, (info, _) in replies.items():
                     masses[s] = _sampling.mass_of(info, meta["exponent"])
                 counts = self._counts(batch, masses)
-                self._stats["overfetched"] += int(sum(
-                    len(r[0]) for r in replies.values()) - counts.sum())
+                self._stats["overfetched"] += int(
+                    sum(len(r[0]) for r in replies.values()) - counts.sum()
+                )
             else:
                 counts = want
             self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
@@ -380,10 +466,16 @@ class Client:
         if counts.sum() == 0:
             return None
         parts, leaves, structure = [], [], None
-        short = {s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
-                 for s in range(n_sh) if counts[s] > 0}
-        extra = {s: self._on(s).submit(self._fetch, s, table, k, 0)
-                 for s, k in short.items() if k > 0}
+        short = {
+            s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
+            for s in range(n_sh)
+            if counts[s] > 0
+        }
+        extra = {
+            s: self._on(s).submit(self._fetch, s, table, k, 0)
+            for s, k in short.items()
+            if k > 0
+        }
         if extra:
             self._stats["second_rounds"] += 1
         for s in range(n_sh):
@@ -393,8 +485,12 @@ class Client:
             chunks = []
             if info is not None:
                 k = min(int(counts[s]), len(info))
-                chunks.append((_sampling.trim_info(info, k),
-                               [np.asarray(x)[:k] for x in _nest.flatten(data)]))
+                chunks.append(
+                    (
+                        _sampling.trim_info(info, k),
+                        [np.asarray(x)[:k] for x in _nest.flatten(data)],
+                    )
+                )
                 structure = data
             if s in extra:
                 r = extra[s].result()
@@ -414,7 +510,9 @@ class Client:
         with self._lock:
             return _sampling.draw_counts(self._rng, batch, masses)
 
-    def _state_masses(self, table: str, live: list[int], sizes: np.ndarray) -> np.ndarray:
+    def _state_masses(
+        self, table: str, live: list[int], sizes: np.ndarray
+    ) -> np.ndarray:
         """Masses read from the shards' tables (a round trip before the draw,
         for tables where extra samples would count)."""
         ray = _ray()
@@ -438,31 +536,46 @@ class Client:
             except errors.ShardUnavailableError:
                 pass
 
-    def dataset(self, table: str, batch_size: int, *, prefetch: int = 2,
-                num_workers: int = 1, timeout: float | None = None) -> SampleDataset:
+    def dataset(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        prefetch: int = 2,
+        num_workers: int = 1,
+        timeout: float | None = None,
+    ) -> SampleDataset:
         """Batches of ``sample_batch`` made ahead by background threads."""
         self._meta(table)
         return SampleDataset(self, table, batch_size, prefetch, num_workers, timeout)
 
     # ----- priorities -----
 
-    def update_priorities(self, table: str, keys: npt.ArrayLike,
-                          priorities: npt.ArrayLike) -> None:
+    def update_priorities(
+        self, table: str, keys: npt.ArrayLike, priorities: npt.ArrayLike
+    ) -> None:
         """Grouped by ``shard_of(key)``: one asynchronous message per shard, in
         order per shard (``sync()`` or the next ``sample_batch`` waits)."""
         self._meta(table)
         k = key_array(table, keys)
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
         if len(k) != len(p):
-            raise ValueError(f"keys and priorities differ in length ({len(k)} != {len(p)})")
+            raise ValueError(
+                f"keys and priorities differ in length ({len(k)} != {len(p)})"
+            )
         if not np.all(p >= 0):
             raise errors.InvalidPriorityError(
-                f"priorities must be >= 0 and not NaN (table '{table}')")
+                f"priorities must be >= 0 and not NaN (table '{table}')"
+            )
         for s, idx in _groups(k):
             self._submit(s, "update_priorities", table, k[idx].copy(), p[idx].copy())
 
-    def mutate_priorities(self, table: str, updates: Mapping[int, float] | None = None,
-                          deletes: Iterable[int] | None = None) -> None:
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: Mapping[int, float] | None = None,
+        deletes: Iterable[int] | None = None,
+    ) -> None:
         self._meta(table)
         by: dict[int, tuple[dict[int, float], list[int]]] = {}
         for key, value in (updates or {}).items():
@@ -506,8 +619,11 @@ class Client:
     def sync(self) -> None:
         """Wait until the shards applied every priority update sent so far."""
         self.sync_wait()
-        for f in [self._on(s).submit(self._settle, s) for s in range(len(self._actors))
-                  if self._threads[s] is not None]:
+        for f in [
+            self._on(s).submit(self._settle, s)
+            for s in range(len(self._actors))
+            if self._threads[s] is not None
+        ]:
             f.result()
 
     def stats(self) -> dict[str, int]:
@@ -527,8 +643,10 @@ class Client:
                 continue
         if not per:
             raise errors.ShardUnavailableError("no shard answers server_info")
-        return {name: merge_table_info([p[name] for p in per if name in p])
-                for name in self._tables}
+        return {
+            name: merge_table_info([p[name] for p in per if name in p])
+            for name in self._tables
+        }
 
     def metrics(self) -> dict[str, float]:
         """The shards' ``Server.metrics()`` summed (ratios recomputed)."""
@@ -541,7 +659,8 @@ class Client:
         stored = out.get("chunk_store/stored_bytes", 0.0)
         if "chunk_store/compression_ratio" in out:
             out["chunk_store/compression_ratio"] = (
-                out.get("chunk_store/raw_bytes", 0.0) / stored if stored else 0.0)
+                out.get("chunk_store/raw_bytes", 0.0) / stored if stored else 0.0
+            )
         for name in self._tables:
             size, cap = out.get(f"table/{name}/size"), out.get(f"table/{name}/max_size")
             if size is not None and cap:
@@ -595,7 +714,9 @@ class _Pinned:
             if (h["pid"], h["restarts"]) != (self._pid, self._restarts):
                 raise errors.ShardUnavailableError(
                     f"shard {self._shard} restarted (restarts: {h['restarts']})",
-                    shard=self._shard, restarts=int(h["restarts"]))
+                    shard=self._shard,
+                    restarts=int(h["restarts"]),
+                )
         self._first = False
         return self._inner(timeout)
 
