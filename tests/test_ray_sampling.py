@@ -82,3 +82,14 @@ def test_merge_info_scales_local_probabilities_by_the_shard_share() -> None:
 def test_merge_info_of_nothing_is_empty() -> None:
     out = _sampling.merge_info([], [0.0], 0, [])
     assert len(out) == 0 and out.key.dtype == np.uint64
+
+
+def test_import_fastreplay_never_imports_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, fastreplay; print('ray' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
