@@ -14,15 +14,19 @@ from fastreplay.replay_sample import SampleInfoBatch
 
 def _info(priorities: list[float], alpha: float | None) -> SampleInfoBatch:
     p = np.asarray(priorities, np.float64)
-    w = np.ones_like(p) if alpha is None else p ** alpha
+    w = np.ones_like(p) if alpha is None else p**alpha
     prob = w / w.sum()
     n = len(p)
-    return SampleInfoBatch(np.arange(n, dtype=np.uint64), prob,
-                           np.full(n, n, np.int64), p, np.ones(n, np.int64))
+    return SampleInfoBatch(
+        np.arange(n, dtype=np.uint64),
+        prob,
+        np.full(n, n, np.int64),
+        p,
+        np.ones(n, np.int64),
+    )
 
 
-@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=20),
-       st.floats(0.0, 1.5))
+@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=20), st.floats(0.0, 1.5))
 def test_mass_of_a_prioritized_reply_is_the_sum_of_p_alpha(prios, alpha) -> None:
     info = _info(prios, alpha)
     expect = float(np.sum(np.asarray(prios) ** alpha))
@@ -70,9 +74,22 @@ def test_merge_info_scales_local_probabilities_by_the_shard_share() -> None:
     assert out.table_size.tolist() == [5] * 5
     assert out.unavailable_shards == (2,)
     w = out.weights(1.0)
-    assert w.max() == 1.0 and np.allclose(w, (5 * expect) ** -1 / ((5 * expect) ** -1).max())
+    assert w.max() == 1.0 and np.allclose(
+        w, (5 * expect) ** -1 / ((5 * expect) ** -1).max()
+    )
 
 
 def test_merge_info_of_nothing_is_empty() -> None:
     out = _sampling.merge_info([], [0.0], 0, [])
     assert len(out) == 0 and out.key.dtype == np.uint64
+
+
+def test_import_fastreplay_never_imports_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, fastreplay; print('ray' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,32 +20,47 @@ frray = pytest.importorskip("fastreplay.ray")
 ALPHA = 0.6
 
 
-def _per(name: str = "replay", max_size: int = 10_000, min_size: int = 1) -> reverb.Table:
-    return reverb.Table(name, reverb.selectors.Prioritized(ALPHA), reverb.selectors.Fifo(),
-                        max_size, reverb.rate_limiters.MinSize(min_size))
+def _per(
+    name: str = "replay", max_size: int = 10_000, min_size: int = 1
+) -> reverb.Table:
+    return reverb.Table(
+        name,
+        reverb.selectors.Prioritized(ALPHA),
+        reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(min_size),
+    )
 
 
-def _write(client, shard: int, ids, priority=1.0, table: str = "replay") -> None:  # type: ignore[no-untyped-def]
+def _write(
+    client: Any, shard: int, ids: Any, priority: Any = 1.0, table: str = "replay"
+) -> None:
     with client.trajectory_writer(1, shard=shard) as w:
         for i in ids:
             w.append({"id": np.int64(i), "obs": np.full(3, i, np.float32)})
             p = priority(i) if callable(priority) else priority
-            w.create_item(table, p, {"id": w.history["id"][-1],
-                                     "obs": w.history["obs"][-1]})
+            w.create_item(
+                table, p, {"id": w.history["id"][-1], "obs": w.history["obs"][-1]}
+            )
 
 
 @pytest.fixture(scope="module")
-def two(ray_session):  # type: ignore[no-untyped-def]
+def two(ray_session: Any) -> Any:
     """Two shards of a PER table and a FIFO table, one per node."""
-    fifo = reverb.Table("fifo", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 1000,
-                        reverb.rate_limiters.MinSize(1))
+    fifo = reverb.Table(
+        "fifo",
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+    )
     server = frray.ShardedServer([_per(), fifo], num_shards=2, placement="spread")
     server.wait_ready(timeout=120)
     yield server
     server.close()
 
 
-def test_spread_places_one_shard_per_node(two, ray_session) -> None:  # type: ignore[no-untyped-def]
+def test_spread_places_one_shard_per_node(two: Any, ray_session: Any) -> None:
     nodes = two.shard_nodes
     assert len(set(nodes)) == 2
     alive = {n["NodeID"] for n in ray_session.nodes() if n["Alive"]}
@@ -55,14 +71,14 @@ def test_spread_places_one_shard_per_node(two, ray_session) -> None:  # type: ig
     assert info[0].tables["replay"].max_size == 5000  # split evenly
 
 
-def test_keys_carry_their_shard_and_global_probabilities_are_exact(two) -> None:  # type: ignore[no-untyped-def]
+def test_keys_carry_their_shard_and_global_probabilities_are_exact(two: Any) -> None:
     client = two.client(seed=3)
     # Very different masses: shard 0 holds 40 items of priority 1, shard 1
     # holds 10 items of priority 50.
     _write(client, 0, range(0, 40), 1.0)
     _write(client, 1, range(100, 110), 50.0)
     p = {i: 1.0 for i in range(40)} | {i: 50.0 for i in range(100, 110)}
-    mass = sum(v ** ALPHA for v in p.values())
+    mass = sum(v**ALPHA for v in p.values())
     seen: dict[int, int] = {}
     draws = 0
     for _ in range(120):
@@ -79,13 +95,13 @@ def test_keys_carry_their_shard_and_global_probabilities_are_exact(two) -> None:
         draws += len(ids)
     # Frequencies against p^a / sum p^a (fixed seed, 30,720 draws).
     freq = np.array([seen.get(i, 0) / draws for i in p])
-    want = np.array([v ** ALPHA / mass for v in p.values()])
+    want = np.array([v**ALPHA / mass for v in p.values()])
     assert np.abs(freq - want).sum() / 2 < 0.03  # total variation distance
     shard1 = sum(seen.get(i, 0) for i in range(100, 110)) / draws
-    assert shard1 == pytest.approx(10 * 50 ** ALPHA / mass, abs=0.01)
+    assert shard1 == pytest.approx(10 * 50**ALPHA / mass, abs=0.01)
 
 
-def test_update_priorities_route_by_key(two) -> None:  # type: ignore[no-untyped-def]
+def test_update_priorities_route_by_key(two: Any) -> None:
     client = two.client(seed=4)
     before = {i.shard: i.priority_mass["replay"] for i in client.shard_info()}
     info, _ = client.sample_batch("replay", 64, timeout=10)
@@ -96,7 +112,7 @@ def test_update_priorities_route_by_key(two) -> None:  # type: ignore[no-untyped
     for s in (0, 1):
         mine = keys[frray.shard_of(keys) == s]
         old = {int(k): float(p) for k, p in zip(info.key, info.priority, strict=True)}
-        delta = sum(3.0 ** ALPHA - old[int(k)] ** ALPHA for k in mine)
+        delta = sum(3.0**ALPHA - old[int(k)] ** ALPHA for k in mine)
         assert after[s] == pytest.approx(before[s] + delta, rel=1e-9)
     # Every updated key now samples with priority 3.
     info2, _ = client.sample_batch("replay", 256, timeout=10)
@@ -104,7 +120,7 @@ def test_update_priorities_route_by_key(two) -> None:  # type: ignore[no-untyped
     assert np.all(info2.priority[hit] == 3.0)
 
 
-def test_ordered_tables_need_a_shard(two) -> None:  # type: ignore[no-untyped-def]
+def test_ordered_tables_need_a_shard(two: Any) -> None:
     client = two.client()
     _write(client, 1, [7, 8], table="fifo")
     with pytest.raises(ValueError, match="shard="):
@@ -115,31 +131,38 @@ def test_ordered_tables_need_a_shard(two) -> None:  # type: ignore[no-untyped-de
         client.sample_batch("nope", 1)
 
 
-def test_server_info_sums_the_shards(two) -> None:  # type: ignore[no-untyped-def]
+def test_server_info_sums_the_shards(two: Any) -> None:
     client = two.client()
     info = client.server_info()
     per = client.shard_info()
     assert info["replay"].max_size == sum(p.tables["replay"].max_size for p in per)
-    assert info["replay"].current_size == sum(p.tables["replay"].current_size for p in per)
+    sizes = [p.tables["replay"].current_size for p in per]
+    assert info["replay"].current_size == sum(sizes)
 
 
-def test_writer_actors_write_exactly_once(ray_session) -> None:  # type: ignore[no-untyped-def]
+def test_writer_actors_write_exactly_once(ray_session: Any) -> None:
     ray = ray_session
-    table = reverb.Table("u", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10_000,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "u",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        10_000,
+        reverb.rate_limiters.MinSize(1),
+    )
     with frray.ShardedServer([table], num_shards=2) as server:
         client = server.client()
 
         @ray.remote(num_cpus=0)
-        def actor(c, base: int, n: int) -> int:  # type: ignore[no-untyped-def]
+        def actor(c: Any, base: int, n: int) -> int:
             with c.trajectory_writer(1) as w:
                 for i in range(base, base + n):
                     w.append({"id": np.int64(i)})
                     w.create_item("u", 1.0, {"id": w.history["id"][-1]})
             return w.shard
 
-        shards = ray.get([actor.remote(client, k * 1000, 150) for k in range(3)],
-                         timeout=120)
+        shards = ray.get(
+            [actor.remote(client, k * 1000, 150) for k in range(3)], timeout=120
+        )
         assert set(shards) <= {0, 1}
         info = client.server_info()["u"]
         assert info.current_size == 450 and info.num_inserts == 450
@@ -150,13 +173,13 @@ def test_writer_actors_write_exactly_once(ray_session) -> None:  # type: ignore[
         assert seen == {k * 1000 + i for k in range(3) for i in range(150)}
 
 
-def test_pickled_client_samples_in_a_task(two, ray_session) -> None:  # type: ignore[no-untyped-def]
+def test_pickled_client_samples_in_a_task(two: Any, ray_session: Any) -> None:
     client = two.client()
     again = pickle.loads(pickle.dumps(client))
     assert again.num_shards == 2
 
     @ray_session.remote(num_cpus=0)
-    def learner(c) -> int:  # type: ignore[no-untyped-def]
+    def learner(c: Any) -> int:
         info, _ = c.sample_batch("replay", 32, timeout=10)
         c.update_priorities("replay", info.key, np.ones(len(info.key)))
         c.sync()
@@ -165,10 +188,13 @@ def test_pickled_client_samples_in_a_task(two, ray_session) -> None:  # type: ig
     assert ray_session.get(learner.remote(client), timeout=60) == 32
 
 
-def test_a_killed_shard_restores_its_checkpoint(ray_session, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_shard_restores_its_checkpoint(
+    ray_session: Any, tmp_path: Any
+) -> None:
     ray = ray_session
-    with frray.ShardedServer([_per("r")], num_shards=2, checkpoint_dir=str(tmp_path),
-                             max_restarts=2) as server:
+    with frray.ShardedServer(
+        [_per("r")], num_shards=2, checkpoint_dir=str(tmp_path), max_restarts=2
+    ) as server:
         client = server.client(seed=5)
         _write(client, 0, range(20), table="r")
         _write(client, 1, range(100, 130), table="r")
@@ -187,8 +213,11 @@ def test_a_killed_shard_restores_its_checkpoint(ray_session, tmp_path) -> None: 
         # The writer of the dead shard says so, with what was not acknowledged.
         with pytest.raises(frray.ShardUnavailableError) as err:
             for _ in range(3):
-                writer.create_item("r", 1.0, {"id": writer.history["id"][-1],
-                                              "obs": writer.history["obs"][-1]})
+                writer.create_item(
+                    "r",
+                    1.0,
+                    {"id": writer.history["id"][-1], "obs": writer.history["obs"][-1]},
+                )
                 writer.flush()
         assert err.value.shard == 1
         client.wait_for_shards(timeout=60)
@@ -206,7 +235,7 @@ def test_a_killed_shard_restores_its_checkpoint(ray_session, tmp_path) -> None: 
         assert shards == {0, 1}
 
 
-def test_require_all_shards_and_bad_arguments(two) -> None:  # type: ignore[no-untyped-def]
+def test_require_all_shards_and_bad_arguments(two: Any) -> None:
     client = two.client()
     info, _ = client.sample_batch("replay", 8, timeout=10, require_all_shards=True)
     assert info.unavailable_shards == ()

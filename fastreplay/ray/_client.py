@@ -1,18 +1,15 @@
 """``fastreplay.ray.Client``: Reverb's client API across the shards of a
 ``ShardedServer``.
 
-Each shard is reached through a ``fastreplay.Client`` of its server: on the
-caller's Ray node through the socket / shared-memory transport, elsewhere
-through Ray actor calls (``_link``).  Sampling, priority updates and
-``sync`` for shard *s* run on one thread per shard, so they keep their order
-per shard and the shards work in parallel.  Writers are bound to one shard
-for their life (items must live where their chunks live).
+Writers are bound to one shard for their life (items must live where their
+chunks live); ``sample_batch`` draws globally exactly (``_draw``); priority
+updates go to the shard in each key's top 8 bits, asynchronously and in
+order per shard (they run on the shard's thread, ahead of its next sample).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -20,18 +17,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _nest, errors
-from fastreplay.client import Client as ShardClient
+from fastreplay import errors
 from fastreplay.dataset import SampleDataset
-from fastreplay.ray import _sampling
+from fastreplay.ray._draw import Draw
 from fastreplay.ray._info import ShardInfo, merge_table_info
+from fastreplay.ray._sampling import ShardedSampleInfo
+from fastreplay.ray._shards import FAILURES, Shards
 from fastreplay.ray._writers import ShardWriter, raise_unavailable
 from fastreplay.table import key_array
 
 __all__ = ["Client", "shard_of"]
 
-_TRANSPORTS = ("auto", "shm", "tcp", "ray")
-_FAILURES = (errors.UnavailableError, OSError, ConnectionError)
+#: Seconds a call that gathers every shard's answer waits by default.
+GATHER_TIMEOUT = 60.0
 
 
 def shard_of(key: int | npt.ArrayLike) -> Any:
@@ -44,6 +42,7 @@ def shard_of(key: int | npt.ArrayLike) -> Any:
 
 def _ray() -> Any:
     import ray
+
     return ray
 
 
@@ -51,212 +50,126 @@ class Client:
     """Reverb's client API over every shard (see ``fastreplay.ray``).
 
     Picklable and cheap: a copy in a task or actor connects lazily.
-    ``transport`` is ``"auto"`` (shared memory on the caller's node, Ray
-    calls elsewhere), or forces ``"shm"``/``"tcp"`` (socket to the shard's
-    server) or ``"ray"``.  ``max_mass_age_s > 0`` draws shard counts from
-    masses up to that old (one round trip, no over-fetch)."""
+    ``transport`` is ``"auto"`` (shared memory to shards on the caller's
+    node, Ray calls to the others), ``"shm"`` (only for shards on this node)
+    or ``"ray"``.  ``max_mass_age_s > 0`` draws shard counts from masses up
+    to that old instead of reading them in the same round."""
 
     def __init__(self, actors: Sequence[Any], tables: Mapping[str, dict[str, Any]], *,
                  transport: str = "auto", max_mass_age_s: float = 0.0,
                  seed: int | None = None) -> None:
-        if transport not in _TRANSPORTS:
-            raise ValueError(f"transport ({transport!r}) must be one of {_TRANSPORTS}")
-        self._actors = list(actors)
+        self._shards = Shards(actors, transport)
         self._tables = dict(tables)
-        self._transport = transport
         self._max_age = float(max_mass_age_s)
-        self._seed = seed
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-        n = len(self._actors)
-        self._hellos: list[dict[str, Any] | None] = [None] * n
-        self._conns: list[ShardClient | None] = [None] * n
-        self._kinds: list[str] = [""] * n
-        self._dead: set[int] = set()
-        self._bound = [0] * n  # writers bound per shard (this client's)
-        self._masses: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}
-        self._threads: list[cf.ThreadPoolExecutor | None] = [None] * n
+        self._draw = Draw(self._shards, self._max_age, seed)
+        self._bound = [0] * len(self._shards)  # writers bound per shard (this client's)
         self._pending: list[cf.Future[Any]] = []
-        self._stats = {"updates_dropped_unavailable": 0, "samples": 0,
-                       "second_rounds": 0, "overfetched": 0}
+        self._dropped = 0  # priority updates for keys of unavailable shards
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self._actors, self._tables, self._transport, self._max_age))
+        return (_rebuild, (self._shards.actors, self._tables, self._shards.transport,
+                           self._max_age))
 
     def __repr__(self) -> str:
-        return f"fastreplay.ray.Client(shards={len(self._actors)}, tables={sorted(self._tables)})"
+        return (f"fastreplay.ray.Client(shards={len(self._shards)}, "
+                f"tables={sorted(self._tables)})")
 
     @property
     def num_shards(self) -> int:
-        return len(self._actors)
+        return len(self._shards)
 
     # ----- shards -----
 
-    def _hello(self, s: int, timeout: float | None = 30.0, fresh: bool = False
-               ) -> dict[str, Any]:
-        h = self._hellos[s]
-        if h is None or fresh:
-            ray = _ray()
-            try:
-                h = ray.get(self._actors[s].hello.remote(), timeout=timeout)
-            except Exception as exc:  # noqa: BLE001 - dead, restarting or slow
-                raise errors.ShardUnavailableError(
-                    f"shard {s} does not answer ({type(exc).__name__})", shard=s,
-                    restarts=self._restarts(s)) from None
-            self._hellos[s] = h
-        assert h is not None
-        return h
-
-    def _restarts(self, s: int) -> int:
-        h = self._hellos[s]
-        return int(h["restarts"]) if h is not None else 0
-
-    def _conn(self, s: int) -> ShardClient:
-        conn = self._conns[s]
-        if conn is not None:
-            return conn
-        with self._lock:
-            if self._conns[s] is None:
-                self._conns[s], self._kinds[s] = self._open(s)
-            conn = self._conns[s]
-        assert conn is not None
-        return conn
-
-    def _open(self, s: int) -> tuple[ShardClient, str]:
-        h = self._hello(s)
-        mode = self._transport
-        if mode == "auto":
-            same = h["node_id"] == _ray().get_runtime_context().get_node_id()
-            mode = "shm" if same else "ray"
-        if mode == "ray":
-            from fastreplay.ray._link import connector
-
-            return (ShardClient(f"ray-shard-{s}:{h['port']}", reconnect_window=0.0,
-                                connector=connector(self._actors[s])), "ray")
-        conn = ShardClient(f"{h['host']}:{h['port']}", reconnect_window=1.0)
-        local = h["host"].startswith("127.") and mode == "shm"
-        return conn, "shm" if local else "tcp"
-
-    def _lost(self, s: int) -> errors.ShardUnavailableError:
-        """Shard ``s`` failed a call: drop its connection, see whether it
-        answers again (restarted: a new address next time)."""
-        with self._lock:
-            conn, self._conns[s] = self._conns[s], None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - the connection is gone anyway
-                pass
-        try:
-            self._hello(s, timeout=2.0, fresh=True)
-            self._dead.discard(s)
-        except errors.ShardUnavailableError:
-            self._dead.add(s)
-        return errors.ShardUnavailableError(
-            f"shard {s} is unavailable (restarts: {self._restarts(s)})", shard=s,
-            restarts=self._restarts(s))
-
-    def _on(self, s: int) -> cf.ThreadPoolExecutor:
-        """The thread that talks to shard ``s`` for this client."""
-        ex = self._threads[s]
-        if ex is None:
-            with self._lock:
-                if self._threads[s] is None:
-                    self._threads[s] = cf.ThreadPoolExecutor(
-                        1, thread_name_prefix=f"fastreplay-ray-shard{s}")
-                ex = self._threads[s]
-        assert ex is not None
-        return ex
-
     def transport(self, shard: int) -> str:
-        """``"shm"``, ``"tcp"`` or ``"ray"``: how this client reaches ``shard``."""
-        self._conn(shard)
-        return self._kinds[shard]
+        """``"shm"`` or ``"ray"``: how this client reaches ``shard``."""
+        self._shards.conn(self._shards.check(shard))
+        return self._shards.kinds[shard]
 
-    def wait_for_shards(self, timeout: float | None = 60.0) -> None:
+    def wait_for_shards(self, timeout: float | None = GATHER_TIMEOUT) -> None:
         """Return when every shard answers (``DeadlineExceededError`` after
         ``timeout``)."""
         ray = _ray()
         try:
-            hellos = ray.get([a.hello.remote() for a in self._actors], timeout=timeout)
+            hellos = ray.get([a.hello.remote() for a in self._shards.actors],
+                             timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise errors.DeadlineExceededError(
                 f"the shards did not all answer within {timeout} s") from None
-        self._hellos = list(hellos)
-        self._dead.clear()
+        self._shards.set_hellos(hellos)
 
-    def shard_info(self, timeout: float | None = 30.0) -> list[ShardInfo]:
+    def shard_info(self, timeout: float | None = GATHER_TIMEOUT) -> list[ShardInfo]:
+        """One ``ShardInfo`` per shard (``alive=False`` for one that does not
+        answer within ``timeout``)."""
         ray = _ray()
+        refs = [(a.hello.remote(), a.info.remote(), a.state.remote())
+                for a in self._shards.actors]
         out = []
-        refs = [(a.hello.remote(), a.info.remote(), a.state.remote()) for a in self._actors]
-        for s, (h_ref, i_ref, st_ref) in enumerate(refs):
+        for s, three in enumerate(refs):
+            kind = self._shards.kinds[s]
             try:
-                h, tables, state = ray.get([h_ref, i_ref, st_ref], timeout=timeout)
+                h, tables, state = ray.get(list(three), timeout=timeout)
             except Exception:  # noqa: BLE001 - a dead shard is reported, not raised
-                old = self._hellos[s] or {}
-                out.append(ShardInfo(s, old.get("node_id", ""), False, self._restarts(s),
-                                     old.get("restored_from"), self._kinds[s] or "",
-                                     {}, {}, old.get("host", ""), old.get("port", 0)))
+                old = self._shards.known(s)
+                out.append(ShardInfo(s, old.get("node_id", ""), False,
+                                     self._shards.restarts(s), old.get("restored_from"),
+                                     kind, {}, {}, old.get("host", ""),
+                                     old.get("port", 0)))
                 continue
-            self._hellos[s] = h
             out.append(ShardInfo(s, h["node_id"], True, int(h["restarts"]),
-                                 h["restored_from"], self._kinds[s] or "",
-                                 tables, {n: v[0] for n, v in state.items()},
+                                 h["restored_from"], kind, tables,
+                                 {n: v[0] for n, v in state.items()},
                                  h["host"], h["port"]))
         return out
 
     # ----- writing -----
 
     def _route(self, shard: int | None) -> int:
+        sh = self._shards
         if shard is not None:
-            if not 0 <= shard < len(self._actors):
-                raise ValueError(f"shard ({shard}) must be in [0, {len(self._actors)})")
-            return shard
-        live = [s for s in range(len(self._actors)) if s not in self._dead]
+            return sh.check(shard)
+        live = sh.live()
         if not live:
             raise errors.ShardUnavailableError("no shard is available")
         here = _ray().get_runtime_context().get_node_id()
-        local = [s for s in live if (self._hellos[s] or self._hello(s))["node_id"] == here]
-        pool = local or live
-        return min(pool, key=lambda s: (self._bound[s], s))
+        local = [s for s in live if sh.hello(s)["node_id"] == here]
+        return min(local or live, key=lambda s: (self._bound[s], s))
+
+    def _bind(self, shard: int | None, make: Any) -> ShardWriter:
+        s = self._route(shard)
+        try:
+            w = make(self._shards.conn(s))
+        except FAILURES:
+            raise self._shards.lost(s) from None
+        self._bound[s] += 1
+        return ShardWriter(w, s, self)
 
     def trajectory_writer(self, num_keep_alive_refs: int, *, shard: int | None = None,
                           validate_items: bool = True) -> ShardWriter:
         """Reverb's ``TrajectoryWriter``, bound to one shard (``writer.shard``):
-        a shard on the caller's node if there is one, else the one with the
+        ``shard``, else a shard on the caller's node, else the one with the
         fewest writers of this client."""
-        s = self._route(shard)
-        try:
-            w = self._conn(s).trajectory_writer(num_keep_alive_refs,
-                                                validate_items=validate_items)
-        except _FAILURES:
-            raise self._lost(s) from None
-        self._bound[s] += 1
-        return ShardWriter(w, s, self)
+        return self._bind(shard, lambda c: c.trajectory_writer(
+            num_keep_alive_refs, validate_items=validate_items))
 
     def structured_writer(self, configs: Sequence[Any], *, shard: int | None = None
                           ) -> ShardWriter:
-        s = self._route(shard)
-        try:
-            w = self._conn(s).structured_writer(configs)
-        except _FAILURES:
-            raise self._lost(s) from None
-        self._bound[s] += 1
-        return ShardWriter(w, s, self)
+        """Reverb's ``StructuredWriter``, bound to one shard."""
+        return self._bind(shard, lambda c: c.structured_writer(configs))
 
     def insert(self, data: Any, priorities: Mapping[str, float], *,
                shard: int | None = None) -> None:
+        """Reverb's ``insert`` into one shard (routed as writers are)."""
         s = self._route(shard)
         try:
-            self._conn(s).insert(data, priorities)
-        except _FAILURES:
-            raise_unavailable(self._lost(s), 1)
+            self._shards.conn(s).insert(data, priorities)
+        except FAILURES:
+            raise_unavailable(self._shards.lost(s), 1)
 
     def writer_closed(self, s: int) -> None:
         self._bound[s] = max(0, self._bound[s] - 1)
 
     def writer_failed(self, s: int) -> errors.ShardUnavailableError:
-        return self._lost(s)
+        return self._shards.lost(s)
 
     # ----- sampling -----
 
@@ -267,43 +180,33 @@ class Client:
                              f"exists: {', '.join(sorted(self._tables))}")
         return meta
 
-    def _fetch(self, s: int, table: str, n: int, timeout: float | None) -> Any:
-        """``(info, data)`` of ``n`` items of shard ``s``; None when it
-        cannot sample now; the exception when it is unavailable."""
-        try:
-            return self._conn(s).sample_batch(table, n, timeout=timeout)
-        except errors.DeadlineExceededError:
-            return None
-        except _FAILURES as exc:
-            self._lost(s)
-            return exc
-
     def sample_batch(self, table: str, batch_size: int, *, timeout: float | None = None,
                      shard: int | None = None, require_all_shards: bool = False
-                     ) -> tuple[_sampling.ShardedSampleInfo, Any]:
+                     ) -> tuple[ShardedSampleInfo, Any]:
         """``batch_size`` items drawn exactly from the global distribution
-        (``p_i**alpha / sum_all p**alpha``; by size for uniform tables).
-        ``info`` reports global probabilities and table size, the shard of
-        each item and the shards skipped (``unavailable_shards``)."""
+        (``p_i**alpha / sum over all shards``; by size for uniform tables).
+        ``info`` reports global probabilities and table size, each item's
+        shard, and the shards skipped (``unavailable_shards``).  ``shard=``
+        samples one shard alone (needed for Fifo, Lifo and heap tables)."""
         meta = self._meta(table)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
-        self.sync_wait()
+        self._queued()
         if shard is not None:
-            return self._sample_one(table, batch_size, timeout, shard)
+            return self._draw.one_shard(table, batch_size, timeout, shard)
         if meta["kind"] not in ("prioritized", "uniform"):
             raise ValueError(
-                f"table '{table}' samples in {meta['kind']} order, which has no global "
-                "order across shards: pass shard= to sample one shard")
+                f"table '{table}' samples in {meta['kind']} order, which has no "
+                "global order across shards: pass shard= to sample one shard")
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.002
         while True:
-            got = self._draw(table, batch_size, meta, require_all_shards)
+            got = self._draw.draw(table, batch_size, meta, require_all_shards)
             if got is not None:
                 return got
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                if len(self._dead) == len(self._actors):
+                if not self._shards.live():
                     raise errors.ShardUnavailableError(
                         f"every shard of table '{table}' is unavailable")
                 raise errors.DeadlineExceededError(
@@ -311,134 +214,7 @@ class Client:
                     f"acquired. (table '{table}', every shard)")
             time.sleep(delay if left is None else min(delay, left))
             delay = min(delay * 2, 0.05)
-
-    def _sample_one(self, table: str, n: int, timeout: float | None, s: int
-                    ) -> tuple[_sampling.ShardedSampleInfo, Any]:
-        if not 0 <= s < len(self._actors):
-            raise ValueError(f"shard ({s}) must be in [0, {len(self._actors)})")
-        try:
-            info, data = self._on(s).submit(
-                self._conn(s).sample_batch, table, n, timeout=timeout).result()
-        except _FAILURES:
-            raise self._lost(s) from None
-        size = int(info.table_size[0]) if len(info) else 0
-        return _sampling.merge_info([(s, info)], _one_hot(len(self._actors), s),
-                                    size, ()), data
-
-    def _draw(self, table: str, batch: int, meta: dict[str, Any],
-              require_all: bool) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
-        """One attempt; None when no shard can sample now."""
-        n_sh = len(self._actors)
-        live = [s for s in range(n_sh) if s not in self._dead]
-        if require_all and len(live) < n_sh:
-            self._revive()
-            live = [s for s in range(n_sh) if s not in self._dead]
-            if len(live) < n_sh:
-                missing = sorted(set(range(n_sh)) - set(live))
-                raise errors.ShardUnavailableError(
-                    f"shards {missing} are unavailable (require_all_shards=True)",
-                    shard=missing[0], restarts=self._restarts(missing[0]))
-        cached = self._masses.get(table)
-        fresh = cached is not None and time.monotonic() - cached[0] <= self._max_age
-        masses = np.zeros(n_sh)
-        sizes = cached[2].copy() if cached is not None else np.zeros(n_sh, np.int64)
-        if self._max_age > 0 and fresh:
-            assert cached is not None
-            masses[live] = cached[1][live]
-            want = _sampling.draw_counts(self._rng, batch, masses)
-        elif meta["overfetch"]:
-            prior = cached[1][live] if cached is not None else np.ones(len(live))
-            if not prior.sum() > 0:
-                prior = np.ones(len(live))
-            want = np.zeros(n_sh, np.int64)
-            want[live] = _sampling.overfetch(batch, prior / prior.sum())
-        else:
-            masses = self._state_masses(table, live, sizes)
-            want = _sampling.draw_counts(self._rng, batch, masses)
-        futures = {s: self._on(s).submit(self._fetch, s, table, int(want[s]), 0)
-                   for s in live if want[s] > 0}
-        replies: dict[int, Any] = {}
-        unavailable = [s for s in range(n_sh) if s in self._dead]
-        for s, f in futures.items():
-            r = f.result()
-            if isinstance(r, BaseException):
-                unavailable.append(s)
-            elif r is not None:
-                replies[s] = r
-                sizes[s] = int(r[0].table_size[0]) if len(r[0]) else 0
-        if require_all and unavailable:
-            raise errors.ShardUnavailableError(
-                f"shards {sorted(unavailable)} are unavailable (require_all_shards=True)",
-                shard=unavailable[0], restarts=self._restarts(unavailable[0]))
-        if not (self._max_age > 0 and fresh):
-            if meta["overfetch"]:
-                masses = np.zeros(n_sh)
-                for s, (info, _) in replies.items():
-                    masses[s] = _sampling.mass_of(info, meta["exponent"])
-                counts = _sampling.draw_counts(self._rng, batch, masses)
-                self._stats["overfetched"] += int(sum(
-                    len(r[0]) for r in replies.values()) - counts.sum())
-            else:
-                counts = want
-            self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
-        else:
-            counts = want
-        if counts.sum() == 0:
-            return None
-        parts, leaves, structure = [], [], None
-        short = {s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
-                 for s in range(n_sh) if counts[s] > 0}
-        extra = {s: self._on(s).submit(self._fetch, s, table, k, 0)
-                 for s, k in short.items() if k > 0}
-        if extra:
-            self._stats["second_rounds"] += 1
-        for s in range(n_sh):
-            if counts[s] == 0:
-                continue
-            info, data = replies[s] if s in replies else (None, None)
-            chunks = []
-            if info is not None:
-                k = min(int(counts[s]), len(info))
-                chunks.append((_sampling.trim_info(info, k),
-                               [np.asarray(x)[:k] for x in _nest.flatten(data)]))
-                structure = data
-            if s in extra:
-                r = extra[s].result()
-                if r is None or isinstance(r, BaseException) or len(r[0]) < short[s]:
-                    return None  # the shard changed under us: draw again
-                chunks.append((r[0], [np.asarray(x) for x in _nest.flatten(r[1])]))
-                structure = r[1]
-            for ci, cl in chunks:
-                parts.append((s, ci))
-                leaves.append(cl)
-        info_all = _sampling.merge_info(parts, masses, int(sizes.sum()), unavailable)
-        flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
-        self._stats["samples"] += batch
-        return info_all, _nest.unflatten_as(structure, flat)
-
-    def _state_masses(self, table: str, live: list[int], sizes: np.ndarray) -> np.ndarray:
-        """Masses read from the shards' tables (a round trip before the draw,
-        for tables where extra samples would count)."""
-        ray = _ray()
-        masses = np.zeros(len(self._actors))
-        refs = {s: self._actors[s].state.remote() for s in live}
-        for s, ref in refs.items():
-            try:
-                mass, size, can = ray.get(ref, timeout=30)[table]
-            except Exception:  # noqa: BLE001 - skipped, as in the sample round
-                self._dead.add(s)
-                continue
-            masses[s] = mass if can else 0.0
-            sizes[s] = size
-        return masses
-
-    def _revive(self) -> None:
-        for s in list(self._dead):
-            try:
-                self._hello(s, timeout=1.0, fresh=True)
-                self._dead.discard(s)
-            except errors.ShardUnavailableError:
-                pass
+            self._shards.revive()
 
     def dataset(self, table: str, batch_size: int, *, prefetch: int = 2,
                 num_workers: int = 1, timeout: float | None = None) -> SampleDataset:
@@ -451,20 +227,25 @@ class Client:
     def update_priorities(self, table: str, keys: npt.ArrayLike,
                           priorities: npt.ArrayLike) -> None:
         """Grouped by ``shard_of(key)``: one asynchronous message per shard, in
-        order per shard (``sync()`` or the next ``sample_batch`` waits)."""
+        order per shard (``sync()`` waits until they are applied).  Keys of
+        unavailable shards are dropped and counted (``stats()``)."""
         self._meta(table)
         k = key_array(table, keys)
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
         if len(k) != len(p):
-            raise ValueError(f"keys and priorities differ in length ({len(k)} != {len(p)})")
+            raise ValueError(f"keys and priorities differ in length ({len(k)} != "
+                             f"{len(p)})")
         if not np.all(p >= 0):
             raise errors.InvalidPriorityError(
                 f"priorities must be >= 0 and not NaN (table '{table}')")
-        for s, idx in _groups(k):
+        shards = (k >> np.uint64(56)).astype(np.int64)
+        for s in np.unique(shards).tolist():
+            idx = np.flatnonzero(shards == s)
             self._submit(s, "update_priorities", table, k[idx].copy(), p[idx].copy())
 
     def mutate_priorities(self, table: str, updates: Mapping[int, float] | None = None,
                           deletes: Iterable[int] | None = None) -> None:
+        """Reverb's ``mutate_priorities``, routed by key like updates."""
         self._meta(table)
         by: dict[int, tuple[dict[int, float], list[int]]] = {}
         for key, value in (updates or {}).items():
@@ -474,45 +255,64 @@ class Client:
         for s, (u, d) in by.items():
             self._submit(s, "mutate_priorities", table, u, d)
 
-    def _submit(self, s: int, op: str, *args: Any) -> None:
-        if not 0 <= s < len(self._actors) or s in self._dead:
-            self._stats["updates_dropped_unavailable"] += len(args[1])
+    def _submit(self, s: int, op: str, table: str, a: Any, b: Any) -> None:
+        if not 0 <= s < len(self._shards) or s in self._shards.dead:
+            self._dropped += len(a)
             return
-        self._pending.append(self._on(s).submit(self._apply, s, op, args))
+        self._pending.append(self._shards.on(s).submit(self._apply, s, op, table, a, b))
 
-    def _apply(self, s: int, op: str, args: tuple[Any, ...]) -> None:
+    def _apply(self, s: int, op: str, table: str, a: Any, b: Any) -> None:
+        """On shard ``s``'s thread: queue the update on its connection (sent
+        with that thread's next call, or by the connection's flusher)."""
         try:
-            conn = self._conn(s)
-            getattr(conn, op)(*args)
-            conn.sync()
-        except _FAILURES:
-            self._stats["updates_dropped_unavailable"] += len(args[1])
-            self._lost(s)
+            getattr(self._shards.conn(s), op)(table, a, b)
+        except FAILURES:
+            self._dropped += len(a)
+            self._shards.lost(s)
 
-    def sync_wait(self) -> None:
+    def _settle(self, s: int) -> None:
+        try:
+            self._shards.conn(s).sync()
+        except FAILURES:
+            self._shards.lost(s)
+
+    def _queued(self) -> None:
+        """Wait until the updates made so far are queued on their shards'
+        threads (ahead of anything asked of those threads later)."""
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
 
     def sync(self) -> None:
         """Wait until the shards applied every priority update sent so far."""
-        self.sync_wait()
+        self._queued()
+        on = self._shards.on
+        for f in [on(s).submit(self._settle, s) for s in self._shards.started()]:
+            f.result()
 
     def stats(self) -> dict[str, int]:
-        return dict(self._stats)
+        """Counters: samples, over-fetched items, second rounds, and
+        ``updates_dropped_unavailable``."""
+        return {**self._draw.stats, "updates_dropped_unavailable": self._dropped}
 
     # ----- tables -----
 
-    def server_info(self, timeout: float | None = None) -> dict[str, Any]:
-        """One ``TableInfo`` per table, summed over the live shards."""
+    def _gather(self, method: str, timeout: float | None) -> list[Any]:
+        """Each live shard's answer to ``method`` (None for one that fails)."""
         ray = _ray()
-        per = []
-        refs = [a.info.remote() for a in self._actors]
+        refs = [getattr(a, method).remote() for a in self._shards.actors]
+        wait = GATHER_TIMEOUT if timeout is None else timeout
+        out: list[Any] = []
         for ref in refs:
             try:
-                per.append(ray.get(ref, timeout=30 if timeout is None else timeout))
+                out.append(ray.get(ref, timeout=wait))
             except Exception:  # noqa: BLE001 - a dead shard counts nothing
-                continue
+                out.append(None)
+        return out
+
+    def server_info(self, timeout: float | None = None) -> dict[str, Any]:
+        """One ``TableInfo`` per table, summed over the shards that answer."""
+        per = [p for p in self._gather("info", timeout) if p is not None]
         if not per:
             raise errors.ShardUnavailableError("no shard answers server_info")
         return {name: merge_table_info([p[name] for p in per if name in p])
@@ -520,11 +320,9 @@ class Client:
 
     def metrics(self) -> dict[str, float]:
         """The shards' ``Server.metrics()`` summed (ratios recomputed)."""
-        ray = _ray()
-        per = ray.get([a.metrics.remote() for a in self._actors], timeout=60)
         out: dict[str, float] = {}
-        for m in per:
-            for k, v in m.items():
+        for m in self._gather("metrics", None):
+            for k, v in (m or {}).items():
                 out[k] = out.get(k, 0.0) + float(v)
         stored = out.get("chunk_store/stored_bytes", 0.0)
         if "chunk_store/compression_ratio" in out:
@@ -538,35 +336,24 @@ class Client:
 
     def checkpoint(self) -> list[str]:
         """Every shard checkpoints (in parallel); one path per shard."""
-        ray = _ray()
-        return list(ray.get([a.checkpoint.remote() for a in self._actors]))
+        paths = self._gather("checkpoint", None)
+        missing = [s for s, p in enumerate(paths) if p is None]
+        if missing:
+            raise errors.ShardUnavailableError(
+                f"shards {missing} did not checkpoint", shard=missing[0],
+                restarts=self._shards.restarts(missing[0]))
+        return [str(p) for p in paths]
 
     def close(self) -> None:
-        for ex in self._threads:
-            if ex is not None:
-                ex.shutdown(wait=True)
-        self._threads = [None] * len(self._actors)
-        for s, conn in enumerate(self._conns):
-            if conn is not None:
-                conn.close()
-                self._conns[s] = None
+        """Stop this client's shard threads and close its connections."""
+        self._queued()
+        self._shards.close()
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _groups(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    shards = (keys >> np.uint64(56)).astype(np.int64)
-    return [(int(s), np.flatnonzero(shards == s)) for s in np.unique(shards)]
-
-
-def _one_hot(n: int, s: int) -> np.ndarray:
-    m = np.zeros(n)
-    m[s] = 1.0
-    return m
 
 
 def _rebuild(actors: Any, tables: Any, transport: str, max_age: float) -> Client:

@@ -10,9 +10,19 @@ from fastreplay.reverb_types import TableInfo
 __all__ = ["ShardInfo", "merge_table_info"]
 
 #: TableInfo fields summed over the shards (the rest come from shard 0).
-_SUMMED = ("max_size", "current_size", "num_episodes", "num_deleted_episodes",
-           "num_unique_samples", "num_inserts", "num_samples", "num_updates",
-           "num_deletes", "num_evictions", "num_expired")
+_SUMMED = (
+    "max_size",
+    "current_size",
+    "num_episodes",
+    "num_deleted_episodes",
+    "num_unique_samples",
+    "num_inserts",
+    "num_samples",
+    "num_updates",
+    "num_deletes",
+    "num_evictions",
+    "num_expired",
+)
 
 
 class ShardInfo(NamedTuple):

@@ -61,23 +61,29 @@ def mass_of(info: SampleInfoBatch, exponent: float | None) -> float:
         return 0.0
     if exponent is None:
         return 1.0 / p
-    return float(info.priority[0]) ** exponent / p
+    return float(float(info.priority[0]) ** exponent / p)
 
 
 def overfetch(batch: int, fractions: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """How many items to ask each shard for so that a multinomial count
     drawn from about these ``fractions`` rarely exceeds it (mean plus four
-    standard deviations plus two, at most ``batch``; at least one from a
-    shard with any mass so that its reply carries its current mass)."""
+    standard deviations plus two, rounded up to a step of about a
+    sixteenth of the batch, at most ``batch``; at least one, so that the
+    reply of every shard carries its current mass)."""
     f = np.asarray(fractions, dtype=np.float64)
     mean = batch * f
     sd = np.sqrt(np.maximum(batch * f * (1 - f), 0.0))
-    want = np.ceil(mean + 4 * sd + 2).astype(np.int64)
-    return np.minimum(np.maximum(want, 1), batch)
+    want = np.ceil(mean + 4 * sd + 2)
+    # Rounded up to a step of about batch/16, so that consecutive calls ask
+    # a shard for the same count and its batches can be made ahead.
+    step = 1 << max(0, int(batch // 16).bit_length() - 1)
+    counts = (np.ceil(want / step) * step).astype(np.int64)
+    return np.asarray(np.minimum(np.maximum(counts, 1), batch), dtype=np.int64)
 
 
-def draw_counts(rng: np.random.Generator, batch: int,
-                masses: Sequence[float]) -> npt.NDArray[np.int64]:
+def draw_counts(
+    rng: np.random.Generator, batch: int, masses: npt.ArrayLike
+) -> npt.NDArray[np.int64]:
     """``Multinomial(batch, masses / sum(masses))`` (zeros when all are 0)."""
     m = np.asarray(masses, dtype=np.float64)
     total = float(m.sum())
@@ -86,8 +92,12 @@ def draw_counts(rng: np.random.Generator, batch: int,
     return rng.multinomial(batch, m / total).astype(np.int64)
 
 
-def merge_info(parts: Sequence[tuple[int, SampleInfoBatch]], masses: Sequence[float],
-               global_size: int, unavailable: Sequence[int]) -> ShardedSampleInfo:
+def merge_info(
+    parts: Sequence[tuple[int, SampleInfoBatch]],
+    masses: npt.ArrayLike,
+    global_size: int,
+    unavailable: Sequence[int],
+) -> ShardedSampleInfo:
     """One info for the items of ``parts`` (``(shard, info)``, already
     trimmed to the drawn counts), with global probabilities from the
     ``masses`` the counts were drawn with (indexed by shard)."""
@@ -104,12 +114,28 @@ def merge_info(parts: Sequence[tuple[int, SampleInfoBatch]], masses: Sequence[fl
         cols[4].append(np.asarray(info.times_sampled, np.int64))
         shard_ids.append(np.full(len(info), s, np.int32))
     dtypes = (np.uint64, np.float64, np.int64, np.float64, np.int64)
-    arrays = [np.concatenate(c).astype(d, copy=False) if c else np.empty(0, d)
-              for c, d in zip(cols, dtypes, strict=True)]
+    arrays: list[Any] = [
+        np.concatenate(c).astype(d, copy=False) if c else np.empty(0, d)
+        for c, d in zip(cols, dtypes, strict=True)
+    ]
     shards = np.concatenate(shard_ids) if shard_ids else np.empty(0, np.int32)
-    return ShardedSampleInfo(*arrays, shards, tuple(sorted(unavailable)))
+    return ShardedSampleInfo(
+        arrays[0],
+        arrays[1],
+        arrays[2],
+        arrays[3],
+        arrays[4],
+        shards,
+        tuple(sorted(unavailable)),
+    )
 
 
 def trim_info(info: SampleInfoBatch, n: int) -> SampleInfoBatch:
     """The first ``n`` items of ``info``."""
-    return SampleInfoBatch(*(a[:n] for a in info))
+    return SampleInfoBatch(
+        info.key[:n],
+        info.probability[:n],
+        info.table_size[:n],
+        info.priority[:n],
+        info.times_sampled[:n],
+    )

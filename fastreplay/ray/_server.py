@@ -23,7 +23,9 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:  # pragma: no cover - the extra is not installed
-        raise ImportError("fastreplay.ray needs Ray: pip install 'fastreplay[ray]'") from None
+        raise ImportError(
+            "fastreplay.ray needs Ray: pip install 'fastreplay[ray]'"
+        ) from None
     if not ray.is_initialized():
         raise RuntimeError("fastreplay.ray: call ray.init() first")
     return ray
@@ -61,20 +63,28 @@ class ShardedServer:
         ``"detached"`` (with ``name``) to outlive the driver.
     """
 
-    def __init__(self, tables: Sequence[Table], num_shards: int, *,
-                 placement: str | Sequence[str] = "spread",
-                 checkpoint_dir: str | None = None,
-                 checkpoint_every_s: float | None = None, max_restarts: int = 3,
-                 actor_options: dict[str, Any] | None = None,
-                 name: str | None = None, namespace: str | None = None,
-                 lifetime: str | None = None) -> None:
+    def __init__(
+        self,
+        tables: Sequence[Table],
+        num_shards: int,
+        *,
+        placement: str | Sequence[str] = "spread",
+        checkpoint_dir: str | None = None,
+        checkpoint_every_s: float | None = None,
+        max_restarts: int = 3,
+        actor_options: dict[str, Any] | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        lifetime: str | None = None,
+    ) -> None:
         ray = _ray()
         tables = list(tables)
         if not tables:
             raise ValueError("At least one table must be provided")
         if type(num_shards) is not int or not 1 <= num_shards <= MAX_SHARDS:
-            raise ValueError(f"num_shards ({num_shards!r}) must be an integer in "
-                             f"[1, {MAX_SHARDS}]")
+            raise ValueError(
+                f"num_shards ({num_shards!r}) must be an integer in [1, {MAX_SHARDS}]"
+            )
         if lifetime is not None and name is None:
             raise ValueError("lifetime='detached' needs a name= to find the shards by")
         self._tables = {t.name: t for t in tables}
@@ -82,8 +92,12 @@ class ShardedServer:
         self._name = name
         self._namespace = namespace
         configs = split_tables(tables, num_shards)
-        options = {"num_cpus": 0, "max_restarts": int(max_restarts),
-                   "max_concurrency": SHARD_CONCURRENCY, **(actor_options or {})}
+        options = {
+            "num_cpus": 0,
+            "max_restarts": int(max_restarts),
+            "max_concurrency": SHARD_CONCURRENCY,
+            **(actor_options or {}),
+        }
         if max_restarts:
             options.setdefault("max_task_retries", 0)
         strategies, self._group = _placement(ray, placement, num_shards)
@@ -99,8 +113,11 @@ class ShardedServer:
                     opts["namespace"] = namespace
             if lifetime is not None:
                 opts["lifetime"] = lifetime
-            self._actors.append(cls.options(**opts).remote(
-                i, num_shards, configs, checkpoint_dir, checkpoint_every_s))
+            self._actors.append(
+                cls.options(**opts).remote(
+                    i, num_shards, configs, checkpoint_dir, checkpoint_every_s
+                )
+            )
         self._hellos: list[dict[str, Any]] | None = None
 
     # ----- layout -----
@@ -149,6 +166,7 @@ class ShardedServer:
                 pass
         if self._group is not None:
             from ray.util.placement_group import remove_placement_group
+
             remove_placement_group(self._group)
             self._group = None
 
@@ -159,41 +177,52 @@ class ShardedServer:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ShardedServer(tables={sorted(self._tables)}, "
-                f"num_shards={self._num_shards}, name={self._name!r})")
+        return (
+            f"ShardedServer(tables={sorted(self._tables)}, "
+            f"num_shards={self._num_shards}, name={self._name!r})"
+        )
 
 
-def _placement(ray: Any, placement: str | Sequence[str], n: int
-               ) -> tuple[list[Any], Any]:
+def _placement(
+    ray: Any, placement: str | Sequence[str], n: int
+) -> tuple[list[Any], Any]:
     from ray.util.scheduling_strategies import (
         NodeAffinitySchedulingStrategy,
         PlacementGroupSchedulingStrategy,
     )
+
     if isinstance(placement, str):
         if placement == "pack":
             return [None] * n, None
         if placement != "spread":
-            raise ValueError(f"placement ({placement!r}) must be 'spread', 'pack' "
-                             "or a list of node ids (one per shard)")
+            raise ValueError(
+                f"placement ({placement!r}) must be 'spread', 'pack' "
+                "or a list of node ids (one per shard)"
+            )
         nodes = [x for x in ray.nodes() if x.get("Alive")]
         if n > len(nodes):
             return ["SPREAD"] * n, None
         from ray.util.placement_group import placement_group
+
         group = placement_group([{"CPU": 0.001}] * n, strategy="STRICT_SPREAD")
         ray.get(group.ready(), timeout=60)
-        return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
-                for i in range(n)], group
+        return [
+            PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+            for i in range(n)
+        ], group
     nodes_list = list(placement)
     if len(nodes_list) != n:
         raise ValueError(f"placement lists {len(nodes_list)} node ids for {n} shards")
-    return [NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes_list], None
+    return [
+        NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes_list
+    ], None
 
 
 def connect(name: str, namespace: str | None = None, timeout: float = 30.0) -> Any:
     """A ``Client`` of the named ``ShardedServer`` ``name`` (started by any
     driver of this Ray cluster)."""
     ray = _ray()
-    actors = []
+    actors: list[Any] = []
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -45,11 +45,15 @@ def split_tables(tables: Sequence[Table], num_shards: int) -> list[dict[str, Any
         cfg = t.config()
         cfg["max_size"] = max(1, math.ceil(cfg["max_size"] / num_shards))
         limiter = cfg["rate_limiter"]
-        if type(limiter) in (rate_limiters.MinSize, rate_limiters.SampleToInsertRatio,
-                             rate_limiters.RateLimiter):
+        if type(limiter) in (
+            rate_limiters.MinSize,
+            rate_limiters.SampleToInsertRatio,
+            rate_limiters.RateLimiter,
+        ):
             split = copy.copy(limiter)
             split.min_size_to_sample = max(
-                1, math.ceil(limiter.min_size_to_sample / num_shards))
+                1, math.ceil(limiter.min_size_to_sample / num_shards)
+            )
             cfg["rate_limiter"] = split
         out.append(cfg)
     return out
@@ -62,11 +66,17 @@ def table_meta(t: Table) -> dict[str, Any]:
     and a rate limiter that does not count samples against inserts)."""
     info = t.info
     kind = info.sampler_options.WhichOneof("distribution")
-    exponent = (float(info.sampler_options.prioritized.priority_exponent)
-                if kind == "prioritized" else None)
+    exponent = (
+        float(info.sampler_options.prioritized.priority_exponent)
+        if kind == "prioritized"
+        else None
+    )
     limiter = info.rate_limiter_info
-    spare = (info.max_times_sampled <= 0 and limiter.min_diff <= -1e300
-             and limiter.max_diff >= 1e300)
+    spare = (
+        info.max_times_sampled <= 0
+        and limiter.min_diff <= -1e300
+        and limiter.max_diff >= 1e300
+    )
     return {"kind": kind, "exponent": exponent, "overfetch": spare}
 
 
@@ -94,8 +104,14 @@ class _Restore(DefaultCheckpointer):
 class Shard:
     """The actor body (wrapped by ``ray.remote`` in ``_server``)."""
 
-    def __init__(self, index: int, num_shards: int, configs: list[dict[str, Any]],
-                 checkpoint_dir: str | None, checkpoint_every_s: float | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        num_shards: int,
+        configs: list[dict[str, Any]],
+        checkpoint_dir: str | None,
+        checkpoint_every_s: float | None,
+    ) -> None:
         import ray
 
         from fastreplay.ray._link import LinkHost
@@ -104,20 +120,31 @@ class Shard:
         self._num_shards = num_shards
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
-        self._restarts = _count_start(ctx.get_actor_id(), ctx.was_current_actor_reconstructed)
+        self._restarts = _count_start(str(ctx.get_actor_id()))
         tables = [Table(**copy.deepcopy(cfg)) for cfg in configs]
         self._checkpointer: _Restore | None = None
         if checkpoint_dir is not None:
-            self._checkpointer = _Restore(os.path.join(checkpoint_dir, f"shard-{index}"))
-        host = ray.util.get_node_ip_address()
-        self._server = Server(tables, port=0, host=host, key_prefix=index,
-                              checkpointer=self._checkpointer)
+            self._checkpointer = _Restore(
+                os.path.join(checkpoint_dir, f"shard-{index}")
+            )
+        # Clients on this node connect through loopback (Unix socket and
+        # shared memory); clients elsewhere through Ray calls (link_*).
+        self._server = Server(
+            tables,
+            port=0,
+            host="127.0.0.1",
+            key_prefix=index,
+            checkpointer=self._checkpointer,
+        )
         self._link = LinkHost(self._server)
         self._stop = threading.Event()
         if checkpoint_dir is not None and checkpoint_every_s:
-            threading.Thread(target=self._every, args=(float(checkpoint_every_s),),
-                             name=f"fastreplay-shard{index}-checkpoints",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._every,
+                args=(float(checkpoint_every_s),),
+                name=f"fastreplay-shard{index}-checkpoints",
+                daemon=True,
+            ).start()
 
     def _every(self, period: float) -> None:
         while not self._stop.wait(period):
@@ -131,16 +158,23 @@ class Shard:
     def hello(self) -> dict[str, Any]:
         """Where this shard is and what it restored (``shard_info``)."""
         cp = self._checkpointer
-        return {"shard": self._index, "node_id": self._node_id,
-                "host": self._server.host, "port": self._server.port,
-                "pid": os.getpid(), "restarts": self._restarts,
-                "restored_from": cp.restored_from if cp is not None else None,
-                "skipped_checkpoints": list(cp.skipped) if cp is not None else []}
+        return {
+            "shard": self._index,
+            "node_id": self._node_id,
+            "host": self._server.host,
+            "port": self._server.port,
+            "pid": os.getpid(),
+            "restarts": self._restarts,
+            "restored_from": cp.restored_from if cp is not None else None,
+            "skipped_checkpoints": list(cp.skipped) if cp is not None else [],
+        }
 
     def state(self) -> dict[str, tuple[float, int, bool]]:
         """``{table: (priority mass, size, can sample one)}``."""
-        return {n: (t.priority_mass, t.size(), t.can_sample(1))
-                for n, t in self._server.tables.items()}
+        return {
+            n: (*t.mass_and_size(), t.can_sample(1))
+            for n, t in self._server.tables.items()
+        }
 
     def tables_meta(self) -> dict[str, dict[str, Any]]:
         return {n: table_meta(t) for n, t in self._server.tables.items()}
@@ -162,27 +196,30 @@ class Shard:
     def link_open(self) -> int:
         return int(self._link.link_open())
 
-    def link_exchange(self, session: int, seq: int, data: bytes) -> bytes:
-        return bytes(self._link.link_exchange(session, seq, data))
+    def link_exchange(self, session: int, seq: int, data: bytes) -> bytes | None:
+        return self._link.link_exchange(session, seq, data)
 
-    def link_close(self, session: int) -> None:
-        self._link.link_close(session)
+    def link_close(self, session: int, seq: int | None = None) -> None:
+        self._link.link_close(session, seq)
 
     def close(self) -> None:
         self._stop.set()
+        self._link.close()
         self._server.stop()
 
 
-def _count_start(actor_id: str, reconstructed: bool) -> int:
+def _count_start(actor_id: str) -> int:
     """How many times Ray restarted this actor (its starts, counted in
-    Ray's cluster-wide key-value store, minus one)."""
+    Ray's cluster-wide key-value store, minus one; 0 without the store)."""
     try:
         from ray.experimental import internal_kv
+
         key = f"shard-starts/{actor_id}".encode()
         raw = internal_kv._internal_kv_get(key, namespace=_KV_NAMESPACE)
         starts = int(raw) + 1 if raw else 1
-        internal_kv._internal_kv_put(key, str(starts).encode(), overwrite=True,
-                                     namespace=_KV_NAMESPACE)
+        internal_kv._internal_kv_put(
+            key, str(starts).encode(), overwrite=True, namespace=_KV_NAMESPACE
+        )
         return starts - 1
-    except Exception:  # noqa: BLE001 - no store: only whether it restarted
-        return int(reconstructed)
+    except Exception:  # noqa: BLE001 - no store: counted as a first start
+        return 0

@@ -15,12 +15,16 @@ __all__ = ["ShardWriter", "raise_unavailable"]
 _FAILURES = (errors.UnavailableError, OSError, ConnectionError)
 
 
-def raise_unavailable(exc: errors.ShardUnavailableError, unacknowledged: int) -> NoReturn:
+def raise_unavailable(
+    exc: errors.ShardUnavailableError, unacknowledged: int
+) -> NoReturn:
     raise errors.ShardUnavailableError(
         f"{exc}; {unacknowledged} item(s) were not acknowledged: open a new writer "
         "(it routes to a live shard) and start a new episode",
-        shard=exc.shard, restarts=exc.restarts,
-        unacknowledged_items=unacknowledged) from None
+        shard=exc.shard,
+        restarts=exc.restarts,
+        unacknowledged_items=unacknowledged,
+    ) from None
 
 
 class ShardWriter:
@@ -58,12 +62,16 @@ class ShardWriter:
         self._call("create_item", table, priority, trajectory)
         self._unacked += 1
 
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+    def flush(
+        self, block_until_num_items: int = 0, timeout_ms: int | None = None
+    ) -> None:
         self._call("flush", block_until_num_items, timeout_ms)
         if block_until_num_items == 0:
             self._unacked = 0
 
-    def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
+    def end_episode(
+        self, clear_buffers: bool = True, timeout_ms: int | None = None
+    ) -> None:
         self._call("end_episode", clear_buffers, timeout_ms)
         self._unacked = 0
 
