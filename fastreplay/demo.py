@@ -338,5 +338,12 @@ def format_summary(s: dict[str, Any]) -> str:
                                      f"{a['shard']} ({a['transport']})"
                                      for a in s["actor_placement"])),
         ]
+        # After "samples": what the shards drew for them (draws the client
+        # dropped count against the shards' rate limiters too).
+        rows.insert(6, ("shard samples",
+                        f"{s['server_counts']['samples']:,} drawn by the shards "
+                        f"for {s['samples']:,} delivered "
+                        f"({s['client_stats'].get('second_rounds', 0):,} second "
+                        "rounds)"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)

@@ -58,7 +58,12 @@ def test_ray_demo_summary_adds_up(ray_session: Any) -> None:
     assert "2 Ray actors" in text
     sizes = " + ".join(f"{n:,}" for n in s["shard_sizes"])
     lines = {k: v.strip() for k, v in (x.split(":", 1) for x in text.splitlines())}
+    assert list(lines)[:7] == ["duration", "shards", "ray actors", "steps",
+                               "items inserted", "samples", "shard samples"]
     assert lines["shards"] == f"2 on 2 Ray node(s), items per shard {sizes}"
+    assert lines["shard samples"].startswith(
+        f"{s['server_counts']['samples']:,} drawn by the shards for "
+        f"{s['samples']:,} delivered")
     assert "actor-0 pid" in text and "shards not counted" in text
 
     # The session's Ray is used and left running; the demo's actors are
