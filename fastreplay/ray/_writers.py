@@ -69,7 +69,7 @@ class ShardWriter:
         if self._closed:
             raise RuntimeError("the writer is closed")
         if self._create_item is None:
-            raise AttributeError("a StructuredWriter creates its items from its configs")
+            raise AttributeError("a StructuredWriter makes its items from its configs")
         try:
             self._create_item(table, priority, trajectory)
         except _FAILURES:
