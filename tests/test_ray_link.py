@@ -183,6 +183,26 @@ def test_blocked_sampler_does_not_block_writers(shard, ray_session):  # type: ig
         client.close()
 
 
+def test_deferred_error_before_a_pipelined_call(shard, ray_session):  # type: ignore[no-untyped-def]
+    """Over the link a call goes out before the replies owed are read: a
+    deferred call's error is still raised by the next call, and the
+    connection stays in step (the call's own reply is read and dropped)."""
+    client = _client(shard, ray_session)
+    try:
+        client.reset("uniform")
+        client.insert([np.zeros(2, np.float32)], {"uniform": 1.0})
+        backend = client._backend
+        # a priority update the client-side checks would have refused
+        backend._queue("nope", np.zeros(1, np.uint64), np.ones(1), None)
+        with pytest.raises(ValueError, match="Could not find table"):
+            client.sample_batch("uniform", 1)
+        info, _ = client.sample_batch("uniform", 1)
+        assert len(info.key) == 1
+        assert set(client.server_info()) == {"uniform", "prio"}
+    finally:
+        client.close()
+
+
 def test_client_pickles_with_connector(shard, ray_session):  # type: ignore[no-untyped-def]
     client = _client(shard, ray_session)
     copy = pickle.loads(pickle.dumps(client))

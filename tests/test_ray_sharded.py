@@ -247,3 +247,30 @@ def test_require_all_shards_and_bad_arguments(two: Any) -> None:
         frray.ShardedServer([_per()], num_shards=0)
     with pytest.raises(reverb.errors.InvalidPriorityError):
         client.update_priorities("replay", info.key, np.full(len(info.key), np.nan))
+
+
+def test_named_server_connect_insert_structured_and_dataset(ray_session: Any) -> None:
+    table = reverb.Table("n", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
+                         reverb.rate_limiters.MinSize(2))
+    with frray.ShardedServer([table], num_shards=2, name="fr-test-named") as server:
+        server.wait_ready(timeout=120)
+        client = frray.connect("fr-test-named", timeout=30)
+        assert client.num_shards == 2
+        for s in (0, 1):
+            client.insert({"x": np.float32(s)}, {"n": 1.0}, shard=s)
+        paths = reverb.structured_writer.pattern_from_transform(
+            {"x": None}, lambda ref: {"x": ref["x"][-1:]})
+        config = reverb.structured_writer.create_config(paths, table="n")
+        with client.structured_writer([config], shard=1) as w:
+            assert w.shard == 1
+            for i in range(4):
+                w.append({"x": np.float32(10 + i)})
+        info = client.server_info()["n"]
+        assert info.current_size == 6
+        assert [i.tables["n"].current_size for i in client.shard_info()] == [1, 5]
+        with client.dataset("n", batch_size=8, prefetch=2) as ds:
+            for _, (sinfo, data) in zip(range(3), ds, strict=False):
+                assert len(sinfo) == 8 and data["x"].shape[0] == 8
+                np.testing.assert_allclose(sinfo.probability, 1 / 6)
+    with pytest.raises(reverb.errors.UnavailableError):
+        frray.connect("fr-test-no-such-server", timeout=0.5)

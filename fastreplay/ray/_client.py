@@ -63,6 +63,7 @@ class Client:
         self._max_age = float(max_mass_age_s)
         self._draw = Draw(self._shards, self._max_age, seed)
         self._bound = [0] * len(self._shards)  # writers bound per shard (this client's)
+        self._rng = np.random.default_rng()  # ties between shards to write to
         self._pending: list[cf.Future[Any]] = []
         self._dropped = 0  # priority updates for keys of unavailable shards
 
@@ -130,9 +131,19 @@ class Client:
         live = sh.live()
         if not live:
             raise errors.ShardUnavailableError("no shard is available")
-        here = _ray().get_runtime_context().get_node_id()
-        local = [s for s in live if sh.hello(s)["node_id"] == here]
-        return min(local or live, key=lambda s: (self._bound[s], s))
+        ray = _ray()
+        here = ray.get_runtime_context().get_node_id()
+        pool = [s for s in live if sh.hello(s)["node_id"] == here] or live
+        if len(pool) == 1:
+            return pool[0]
+        try:  # every client's writers, as the shards count them
+            counts = ray.get([sh.actors[s].bind.remote(0) for s in pool],
+                             timeout=GATHER_TIMEOUT)
+        except Exception:  # noqa: BLE001 - then this client's own count
+            counts = [self._bound[s] for s in pool]
+        least = min(counts)
+        return int(self._rng.choice([s for s, c in zip(pool, counts, strict=True)
+                                     if c == least]))
 
     def _bind(self, shard: int | None, make: Any) -> ShardWriter:
         s = self._route(shard)
@@ -141,13 +152,14 @@ class Client:
         except FAILURES:
             raise self._shards.lost(s) from None
         self._bound[s] += 1
+        self._shards.actors[s].bind.remote(1)
         return ShardWriter(w, s, self)
 
     def trajectory_writer(self, num_keep_alive_refs: int, *, shard: int | None = None,
                           validate_items: bool = True) -> ShardWriter:
         """Reverb's ``TrajectoryWriter``, bound to one shard (``writer.shard``):
-        ``shard``, else a shard on the caller's node, else the one with the
-        fewest writers of this client."""
+        ``shard``, else the shard with the fewest bound writers among those
+        on the caller's node, else among all (ties broken at random)."""
         return self._bind(shard, lambda c: c.trajectory_writer(
             num_keep_alive_refs, validate_items=validate_items))
 
@@ -167,6 +179,10 @@ class Client:
 
     def writer_closed(self, s: int) -> None:
         self._bound[s] = max(0, self._bound[s] - 1)
+        try:
+            self._shards.actors[s].bind.remote(-1)
+        except Exception:  # noqa: BLE001 - a dead shard counts nothing
+            pass
 
     def writer_failed(self, s: int) -> errors.ShardUnavailableError:
         return self._shards.lost(s)

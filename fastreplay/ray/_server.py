@@ -15,7 +15,7 @@ __all__ = ["MAX_SHARDS", "ShardedServer", "connect"]
 #: Shard indices live in the top 8 bits of item keys.
 MAX_SHARDS = 256
 #: Threads of a shard actor: a blocking sample must not hold up writers.
-SHARD_CONCURRENCY = 16
+SHARD_CONCURRENCY = 64
 _PREFIX = "fastreplay-shard"
 
 

@@ -138,6 +138,8 @@ class Shard:
         )
         self._link = LinkHost(self._server)
         self._stop = threading.Event()
+        self._bound = 0  # writers bound to this shard (every client's)
+        self._bound_lock = threading.Lock()
         if checkpoint_dir is not None and checkpoint_every_s:
             threading.Thread(
                 target=self._every,
@@ -190,6 +192,12 @@ class Shard:
 
     def ping(self) -> float:
         return time.time()
+
+    def bind(self, delta: int) -> int:
+        """Count a writer bound to this shard (+1) or gone (-1); the count."""
+        with self._bound_lock:
+            self._bound = max(0, self._bound + int(delta))
+            return self._bound
 
     # ----- the Ray transport (fastreplay.ray._link) -----
 

@@ -33,6 +33,8 @@ class ShardWriter:
 
     def __init__(self, writer: Any, shard: int, client: Client) -> None:
         self._writer = writer
+        self._append = writer.append
+        self._create_item = getattr(writer, "create_item", None)  # not structured
         self._client = client
         self._unacked = 0  # items created since the last acknowledged flush
         self._closed = False
@@ -56,10 +58,22 @@ class ShardWriter:
             self._fail()
 
     def append(self, data: Any, partial_step: bool = False) -> Any:
-        return self._call("append", data, partial_step=partial_step)
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+        try:  # the hot path: one bound call, no lookups
+            return self._append(data, partial_step=partial_step)
+        except _FAILURES:
+            self._fail()
 
     def create_item(self, table: str, priority: float, trajectory: Any) -> None:
-        self._call("create_item", table, priority, trajectory)
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+        if self._create_item is None:
+            raise AttributeError("a StructuredWriter makes its items from its configs")
+        try:
+            self._create_item(table, priority, trajectory)
+        except _FAILURES:
+            self._fail()
         self._unacked += 1
 
     def flush(
