@@ -51,7 +51,7 @@ def test_overfetch_rarely_falls_short() -> None:
     m = np.array([1.0, 5.0, 20.0, 0.5])
     k = _sampling.overfetch(256, m / m.sum())
     short = sum(np.any(_sampling.draw_counts(rng, 256, m) > k) for _ in range(20_000))
-    assert short < 20  # four standard deviations per shard
+    assert short < 100  # three standard deviations per shard: about 0.1% each
 
 
 def test_draw_counts_follow_the_masses() -> None:

@@ -66,17 +66,18 @@ def mass_of(info: SampleInfoBatch, exponent: float | None) -> float:
 
 def overfetch(batch: int, fractions: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """How many items to ask each shard for so that a multinomial count
-    drawn from about these ``fractions`` rarely exceeds it (mean plus four
-    standard deviations plus two, rounded up to a step of about a
-    sixteenth of the batch, at most ``batch``; at least one, so that the
-    reply of every shard carries its current mass)."""
+    drawn from about these ``fractions`` rarely exceeds it (mean plus three
+    standard deviations plus one, rounded up to a step of about a 32nd of
+    the batch, at most ``batch``; at least one, so that the reply of every
+    shard carries its current mass).  A count above it costs a second
+    round for that shard (about one draw in a thousand)."""
     f = np.asarray(fractions, dtype=np.float64)
     mean = batch * f
     sd = np.sqrt(np.maximum(batch * f * (1 - f), 0.0))
-    want = np.ceil(mean + 4 * sd + 2)
-    # Rounded up to a step of about batch/16, so that consecutive calls ask
+    want = np.ceil(mean + 3 * sd + 1)
+    # Rounded up to a step of about batch/32, so that consecutive calls ask
     # a shard for the same count and its batches can be made ahead.
-    step = 1 << max(0, int(batch // 16).bit_length() - 1)
+    step = 1 << max(0, int(batch // 32).bit_length() - 1)
     counts = (np.ceil(want / step) * step).astype(np.int64)
     return np.asarray(np.minimum(np.maximum(counts, 1), batch), dtype=np.int64)
 
