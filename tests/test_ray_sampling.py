@@ -93,3 +93,27 @@ def test_import_fastreplay_never_imports_ray() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_split_tables_divides_sizes_and_recentres_the_limiter_window() -> None:
+    import fastreplay as reverb
+    from fastreplay.ray._shard import split_tables
+
+    t = reverb.Table("t", reverb.selectors.Prioritized(0.6), reverb.selectors.Fifo(),
+                     1001, reverb.rate_limiters.SampleToInsertRatio(2.0, 1000, 50.0))
+    (cfg,) = split_tables([t], 4)
+    lim = cfg["rate_limiter"]
+    assert cfg["max_size"] == 251 and lim.min_size_to_sample == 250
+    assert lim.samples_per_insert == 2.0
+    assert (lim.min_diff, lim.max_diff) == (2.0 * 250 - 50.0, 2.0 * 250 + 50.0)
+    reverb.Table(**cfg)  # a valid table: every shard builds one
+    (mins,) = split_tables([_minsize()], 3)
+    assert mins["rate_limiter"].min_size_to_sample == 4
+    assert mins["rate_limiter"].max_diff > 1e300
+
+
+def _minsize() -> object:
+    import fastreplay as reverb
+
+    return reverb.Table("m", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
+                        reverb.rate_limiters.MinSize(10))

@@ -149,6 +149,8 @@ class Client:
         s = self._route(shard)
         try:
             w = make(self._shards.conn(s))
+        except errors.DeadlineExceededError:
+            raise
         except FAILURES:
             raise self._shards.lost(s) from None
         self._bound[s] += 1
@@ -174,6 +176,8 @@ class Client:
         s = self._route(shard)
         try:
             self._shards.conn(s).insert(data, priorities)
+        except errors.DeadlineExceededError:
+            raise
         except FAILURES:
             raise_unavailable(self._shards.lost(s), 1)
 
@@ -203,7 +207,9 @@ class Client:
         (``p_i**alpha / sum over all shards``; by size for uniform tables).
         ``info`` reports global probabilities and table size, each item's
         shard, and the shards skipped (``unavailable_shards``).  ``shard=``
-        samples one shard alone (needed for Fifo, Lifo and heap tables)."""
+        samples one shard alone (needed for Fifo, Lifo and heap tables).  As
+        with ``fastreplay.Client``, a timeout after at least one sample
+        returns a shorter batch."""
         meta = self._meta(table)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
@@ -217,7 +223,8 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.002
         while True:
-            got = self._draw.draw(table, batch_size, meta, require_all_shards)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self._draw.draw(table, batch_size, meta, require_all_shards, left)
             if got is not None:
                 return got
             left = None if deadline is None else deadline - time.monotonic()

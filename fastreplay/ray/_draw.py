@@ -70,9 +70,12 @@ class Draw:
         size = int(info.table_size[0]) if len(info) else 0
         return _sampling.merge_info([(s, info)], one, size, ()), data
 
-    def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool
-             ) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
-        """One attempt at a batch; None when no shard can sample now."""
+    def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool,
+             timeout: float | None) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
+        """One attempt at a batch; None when no shard can sample now.  A
+        shard that gives fewer items than drawn (its rate limiter, within
+        ``timeout``) makes the batch shorter: items once sampled are never
+        dropped, since their samples count on the shard."""
         sh = self._shards
         n_sh = len(sh)
         live = sh.live()
@@ -99,7 +102,10 @@ class Draw:
         else:
             masses = self._state_masses(table, live, sizes)
             want = self._counts(batch, masses)
-        asked = {s: sh.on(s).submit(sh.fetch, s, table, int(want[s]), 0)
+        # Over-fetching asks without waiting (a shard that cannot sample now
+        # has no mass in this draw); exact counts wait as a sample would.
+        wait = 0.0 if meta["overfetch"] and not use_cache else timeout
+        asked = {s: sh.on(s).submit(sh.fetch, s, table, int(want[s]), wait)
                  for s in live if want[s] > 0}
         replies: dict[int, Any] = {}
         unavailable = sorted(sh.dead)
@@ -124,19 +130,19 @@ class Draw:
             self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
         if counts.sum() == 0:
             return None
-        got = self._assemble(table, counts, replies)
-        if got is None:
+        parts, leaves, structure = self._assemble(table, counts, replies)
+        if not parts:
             return None
-        parts, leaves, structure = got
         info = _sampling.merge_info(parts, masses, int(sizes.sum()), unavailable)
         flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
-        self.stats["samples"] += batch
+        self.stats["samples"] += len(info)
         return info, _nest.unflatten_as(structure, flat)
 
     def _assemble(self, table: str, counts: np.ndarray, replies: dict[int, Any]
-                  ) -> tuple[list[Any], list[list[np.ndarray]], Any] | None:
+                  ) -> tuple[list[Any], list[list[np.ndarray]], Any]:
         """Each shard's first ``counts[s]`` items, topping up a shard that
-        gave fewer (a second round); None when a shard cannot any more."""
+        gave fewer (a second round, without waiting: what it cannot give
+        now makes the batch shorter)."""
         sh = self._shards
         short = {s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
                  for s in range(len(sh)) if counts[s] > 0}
@@ -158,8 +164,8 @@ class Draw:
                 structure = data
             if s in extra:
                 r = extra[s].result()
-                if r is None or isinstance(r, BaseException) or len(r[0]) < short[s]:
-                    return None  # the shard changed under us: draw again
+                if r is None or isinstance(r, BaseException) or not len(r[0]):
+                    continue
                 parts.append((s, r[0]))
                 leaves.append([np.asarray(x) for x in _nest.flatten(r[1])])
                 structure = r[1]

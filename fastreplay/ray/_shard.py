@@ -45,15 +45,20 @@ def split_tables(tables: Sequence[Table], num_shards: int) -> list[dict[str, Any
         cfg = t.config()
         cfg["max_size"] = max(1, math.ceil(cfg["max_size"] / num_shards))
         limiter = cfg["rate_limiter"]
-        if type(limiter) in (
-            rate_limiters.MinSize,
-            rate_limiters.SampleToInsertRatio,
-            rate_limiters.RateLimiter,
-        ):
+        if type(limiter) in (rate_limiters.MinSize, rate_limiters.SampleToInsertRatio,
+                             rate_limiters.RateLimiter):
             split = copy.copy(limiter)
             split.min_size_to_sample = max(
-                1, math.ceil(limiter.min_size_to_sample / num_shards)
-            )
+                1, math.ceil(limiter.min_size_to_sample / num_shards))
+            # The samples-insert window stays centred on samples_per_insert
+            # * min_size_to_sample, as SampleToInsertRatio builds it; its
+            # width (the error buffer) acts per shard.
+            shift = limiter.samples_per_insert * (
+                limiter.min_size_to_sample - split.min_size_to_sample)
+            if abs(limiter.min_diff) < 1e300:
+                split.min_diff = limiter.min_diff - shift
+            if abs(limiter.max_diff) < 1e300:
+                split.max_diff = limiter.max_diff - shift
             cfg["rate_limiter"] = split
         out.append(cfg)
     return out

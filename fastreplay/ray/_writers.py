@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 __all__ = ["ShardWriter", "raise_unavailable"]
 
 _FAILURES = (errors.UnavailableError, OSError, ConnectionError)
+# DeadlineExceededError is a TimeoutError, so an OSError: a writer's own
+# timeout (flush or end_episode waiting for a rate limiter) is re-raised
+# before the clauses below take an OSError for a lost shard.
+_TIMEOUT = errors.DeadlineExceededError
 
 
 def raise_unavailable(
@@ -54,6 +58,8 @@ class ShardWriter:
             raise RuntimeError("the writer is closed")
         try:
             return getattr(self._writer, name)(*args, **kwargs)
+        except _TIMEOUT:
+            raise  # the writer's own timeout, not a lost shard: it stays open
         except _FAILURES:
             self._fail()
 
@@ -62,6 +68,8 @@ class ShardWriter:
             raise RuntimeError("the writer is closed")
         try:  # the hot path: one bound call, no lookups
             return self._append(data, partial_step=partial_step)
+        except _TIMEOUT:
+            raise
         except _FAILURES:
             self._fail()
 
@@ -72,6 +80,8 @@ class ShardWriter:
             raise AttributeError("a StructuredWriter makes its items from its configs")
         try:
             self._create_item(table, priority, trajectory)
+        except _TIMEOUT:
+            raise
         except _FAILURES:
             self._fail()
         self._unacked += 1
