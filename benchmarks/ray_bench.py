@@ -78,7 +78,8 @@ def _attempt(figs: list[Figure], label: str, fn: Callable[[], Any]) -> Any:
     except fr.Unavailable as exc:
         why = f"{label}: skipped: {exc}"
     except Exception as exc:  # noqa: BLE001 - one broken row must not end the run
-        why = f"{label}: FAILED: {type(exc).__name__}: {exc}"
+        first = str(exc).strip().splitlines()[-1:] or [""]  # the traceback is above
+        why = f"{label}: FAILED: {type(exc).__name__}: {first[0][:300]}"
         traceback.print_exc()
     for fig in figs:
         fig.skipped.append(why)
