@@ -24,7 +24,6 @@ import dataclasses
 import datetime
 import importlib.metadata
 import json
-import logging
 import os
 import sys
 import time
@@ -244,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         if only - set(FIGURES):
             p.error(f"unknown figures {sorted(only - set(FIGURES))}")
 
-    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # torchrl's INFO lines
     t0 = time.perf_counter()
     cluster = rc.start_cluster(args.nodes, timeout=sizes.timeout)
     init_s = time.perf_counter() - t0

@@ -64,6 +64,9 @@ class BatchWriter:
         self.n = len(batch["rew"])
         self.data = _tensordict(batch) if kind == "torchrl" else batch
 
+    def ready(self) -> bool:
+        return True
+
     def run(self, duration: float, max_rows: float = float("inf")) -> tuple[int, float]:
         import ray
 
@@ -128,28 +131,32 @@ def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes
                        rc.small_batch(sizes.batch, 10 + i)) for i in range(2)]
     learner = _remote(Learner, nodes[0], kind, targets, sizes.batch, 7)
     try:
-        ray.get(learner.ready.remote(), timeout=t)
+        ray.get([a.ready.remote() for a in (learner, *writers)], timeout=t)
+        size_of()  # the buffer actor is up
 
-        def writes() -> float:
-            return _rate(ray.get([w.run.remote(sizes.duration) for w in writers],
-                                 timeout=t))
+        def writes(duration: float) -> float:
+            return _rate(ray.get([w.run.remote(duration) for w in writers], timeout=t))
 
-        w = rc.rounds(writes, sizes.rounds)
+        w = rc.rounds(writes, sizes.rounds, sizes.duration)
         missing = sizes.prefill - size_of()
         if missing > 0:
             ray.get([wr.run.remote(float("inf"), missing / 2) for wr in writers],
                     timeout=t)
 
-        def learn() -> float:
-            return _rate([ray.get(learner.run.remote(sizes.duration), timeout=t)])
+        def learn(duration: float) -> float:
+            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
 
-        s = rc.rounds(learn, sizes.rounds)
-        tw, ts = [], []
-        for _ in range(sizes.rounds):
-            refs = [wr.run.remote(sizes.duration) for wr in writers]
-            lref = learner.run.remote(sizes.duration)
+        s = rc.rounds(learn, sizes.rounds, sizes.duration)
+        tw: list[float] = []
+
+        def together(duration: float) -> float:
+            refs = [wr.run.remote(duration) for wr in writers]
+            lref = learner.run.remote(duration)
             tw.append(_rate(ray.get(refs, timeout=t)))
-            ts.append(_rate([ray.get(lref, timeout=t)]))
+            return _rate([ray.get(lref, timeout=t)])
+
+        ts = rc.rounds(together, sizes.rounds, sizes.duration)
+        tw = tw[1:]  # not the warm-up round
     finally:
         rc.kill(learner, *writers)
     what = "sample" if kind == "torchrl" else "sample + update_priorities"
@@ -207,10 +214,10 @@ def naive_atari(cluster: rc.Cluster, sizes: Sizes, compressible: bool) -> Row:
             while size < per:
                 size = ray.get(b.add_batch.remote(chunk), timeout=t)
 
-        def learn() -> float:
-            return _rate([ray.get(learner.run.remote(sizes.duration), timeout=t)])
+        def learn(duration: float) -> float:
+            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
 
-        values = rc.rounds(learn, sizes.rounds)
+        values = rc.rounds(learn, sizes.rounds, sizes.duration)
     finally:
         rc.kill(learner, *bufs)
     kind = "compressible" if compressible else "noise"
@@ -232,7 +239,7 @@ def naive_startup(cluster: rc.Cluster, sizes: Sizes) -> Row:
         rc.kill(buf)
         return elapsed
 
-    return Row("naive actor", rc.rounds(once, sizes.startup_rounds), unit="s",
+    return Row("naive actor", [once() for _ in range(sizes.startup_rounds)], unit="s",
                higher=False, note="actor + first add_batch")
 
 
@@ -247,5 +254,5 @@ def torchrl_startup(cluster: rc.Cluster, sizes: Sizes) -> Row:
         rb.close()
         return elapsed
 
-    return Row("TorchRL RayReplayBuffer", rc.rounds(once, sizes.startup_rounds),
+    return Row("TorchRL RayReplayBuffer", [once() for _ in range(sizes.startup_rounds)],
                unit="s", higher=False, note="buffer + first extend")

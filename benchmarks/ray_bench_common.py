@@ -105,9 +105,11 @@ class Figure:
         return next((r for r in self.rows if r.name == name), None)
 
 
-def rounds(fn: Callable[[], float], n: int) -> list[float]:
-    """``fn()`` ``n`` times: one value per round."""
-    return [float(fn()) for _ in range(n)]
+def rounds(fn: Callable[[float], float], n: int, duration: float) -> list[float]:
+    """``fn(duration)`` ``n`` times, one value per round, after a shorter
+    round not kept (first calls connect, warm caches and import)."""
+    fn(min(duration, 0.2))
+    return [float(fn(duration)) for _ in range(n)]
 
 
 # ----- the cluster -----

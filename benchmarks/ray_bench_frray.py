@@ -75,6 +75,9 @@ class StepWriter:
         self.steps = _steps(batch)
         self.keys = tuple(batch)
 
+    def ready(self) -> bool:
+        return True
+
     def run(self, duration: float, max_rows: float = float("inf"),
             shard: int | None = None) -> tuple[int, float]:
         kwargs = {} if shard is None else {"shard": shard}
@@ -151,30 +154,32 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
                            rc.small_batch(sizes.batch, 10 + i)) for i in range(2)]
         learner = _remote(SampleLearner, nodes[0], cl, sizes.batch, 7)
         actors = [*writers, learner]
-        ray.get(learner.ready.remote(), timeout=t)
+        ray.get([a.ready.remote() for a in actors], timeout=t)
 
-        def writes() -> float:
-            return _rate(ray.get([w.run.remote(sizes.duration) for w in writers],
-                                 timeout=t))
+        def writes(duration: float) -> float:
+            return _rate(ray.get([w.run.remote(duration) for w in writers], timeout=t))
 
-        w = rc.rounds(writes, sizes.rounds)
+        w = rc.rounds(writes, sizes.rounds, sizes.duration)
         missing = sizes.prefill - _size(cl)
         if missing > 0:
             ray.get([wr.run.remote(float("inf"), missing / 2) for wr in writers],
                     timeout=t)
 
-        def learn(mode: str) -> float:
-            return _rate([ray.get(learner.run.remote(sizes.duration, mode),
-                                  timeout=t)])
+        def learn(duration: float, mode: str = "sync") -> float:
+            return _rate([ray.get(learner.run.remote(duration, mode), timeout=t)])
 
-        s = rc.rounds(lambda: learn("sync"), sizes.rounds)
-        d = rc.rounds(lambda: learn("dataset"), sizes.rounds)
-        tw, ts = [], []
-        for _ in range(sizes.rounds):
-            refs = [wr.run.remote(sizes.duration) for wr in writers]
-            lref = learner.run.remote(sizes.duration)
+        s = rc.rounds(learn, sizes.rounds, sizes.duration)
+        d = rc.rounds(lambda dt: learn(dt, "dataset"), sizes.rounds, sizes.duration)
+        tw: list[float] = []
+
+        def together(duration: float) -> float:
+            refs = [wr.run.remote(duration) for wr in writers]
+            lref = learner.run.remote(duration)
             tw.append(_rate(ray.get(refs, timeout=t)))
-            ts.append(_rate([ray.get(lref, timeout=t)]))
+            return _rate([ray.get(lref, timeout=t)])
+
+        ts = rc.rounds(together, sizes.rounds, sizes.duration)
+        tw = tw[1:]  # not the warm-up round
     finally:
         rc.kill(*actors)
         srv.close()
@@ -221,10 +226,10 @@ def atari(cluster: rc.Cluster, sizes: Sizes, compressible: bool) -> Row:
         learner = _remote(SampleLearner, cluster.nodes[0], cl, sizes.atari_batch, 8)
         ray.get(learner.ready.remote(), timeout=t)
 
-        def learn() -> float:
-            return _rate([ray.get(learner.run.remote(sizes.duration), timeout=t)])
+        def learn(duration: float) -> float:
+            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
 
-        values = rc.rounds(learn, sizes.rounds)
+        values = rc.rounds(learn, sizes.rounds, sizes.duration)
     finally:
         if learner is not None:
             rc.kill(learner)
@@ -248,7 +253,7 @@ def startup(cluster: rc.Cluster, sizes: Sizes) -> Row:
         return elapsed
 
     return Row("fastreplay.ray ShardedServer, 3 shards",
-               rc.rounds(once, sizes.startup_rounds), unit="s", higher=False,
+               [once() for _ in range(sizes.startup_rounds)], unit="s", higher=False,
                naive="naive actor", torchrl="TorchRL RayReplayBuffer",
                note="wait_ready + server_info")
 
@@ -267,8 +272,9 @@ def same_node(cluster: rc.Cluster, sizes: Sizes) -> list[Row]:
             got = cl.transport(0)
             w = _remote(StepWriter, node, cl, rc.small_batch(sizes.batch, 10))
             try:
-                values = rc.rounds(lambda w=w: _rate(
-                    [ray.get(w.run.remote(sizes.duration), timeout=t)]), sizes.rounds)
+                values = rc.rounds(
+                    lambda dt, w=w: _rate([ray.get(w.run.remote(dt), timeout=t)]),
+                    sizes.rounds, sizes.duration)
             finally:
                 rc.kill(w)
             out.append(Row(f"fastreplay.ray transport={transport}", values,
@@ -298,7 +304,7 @@ def restart(cluster: rc.Cluster, sizes: Sizes) -> Row:
                 before = cl.shard_info()[0].restarts
                 t0 = time.perf_counter()
                 ray.kill(srv.shard_actors[0], no_restart=False)
-                deadline = time.monotonic() + t
+                deadline = time.monotonic() + min(t, 60.0)
                 while time.monotonic() < deadline:
                     try:
                         info = cl.shard_info()[0]
@@ -309,12 +315,13 @@ def restart(cluster: rc.Cluster, sizes: Sizes) -> Row:
                         pass
                     time.sleep(0.01)
                 else:
-                    raise TimeoutError(f"shard 0 not back within {t} s")
+                    raise TimeoutError("shard 0 not reported alive with restarts > "
+                                       f"{before} by shard_info() within 60 s")
                 elapsed = time.perf_counter() - t0
                 restored.append(int(info.tables[TABLE].current_size))
                 return elapsed
 
-            values = rc.rounds(once, sizes.restart_rounds)
+            values = [once() for _ in range(sizes.restart_rounds)]
         finally:
             srv.close()
     return Row("fastreplay.ray shard restart", values, unit="s", higher=False,
