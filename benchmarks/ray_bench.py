@@ -217,7 +217,17 @@ def meta(cluster: rc.Cluster | None, sizes: Sizes, init_s: float | None
             "machine": env.machine(), "versions": versions, "commit": env.commit(),
             "python": sys.executable, "argv": sys.argv[1:],
             "nodes": len(cluster.nodes) if cluster else None,
-            "ray_init_s": init_s, "sizes": dataclasses.asdict(sizes)}
+            "ray_init_s": init_s, "sizes": dataclasses.asdict(sizes),
+            "load_average": _load()}
+
+
+def _load() -> list[float] | None:
+    """1, 5 and 15-minute load averages (other work on the machine slows
+    every row; the ratios within one run are what compare)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,14 +263,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastreplay {v.get('fastreplay')} at {info['commit']}, ray "
               f"{v.get('ray')}, torchrl {v.get('torchrl')}, torch {v.get('torch')}, "
               f"python {v.get('python')} ({sys.executable})")
-        print(f"machine: {info['machine']}")
+        print(f"machine: {info['machine']}, load average {info['load_average']}")
         kind = "quick" if args.quick else "full"
         print(f"cluster: {len(cluster.nodes)} nodes on 127.0.0.1, up in {init_s:.1f} s;"
               f" sizes: {kind} {dataclasses.asdict(sizes)}")
         figs = run(cluster, sizes, only)
     finally:
         cluster.stop()
-    print()
+    info["load_average_after"] = _load()
+    print(f"\nload average at the end: {info['load_average_after']}")
     for fig in figs.values():
         print(table(fig))
         print()
