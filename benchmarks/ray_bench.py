@@ -142,7 +142,20 @@ def run(cluster: rc.Cluster, sizes: Sizes, only: set[str] | None = None,
              lambda: fr.restart(cluster, sizes))
     figs["restart"].rows += [r] if r else []
     _default_refs(figs)
+    _notes(figs)
     return {k: f for k, f in figs.items() if k in want}
+
+
+def _notes(figs: dict[str, Figure]) -> None:
+    """Derived lines under the tables."""
+    atari = figs["atari"]
+    for system in ("naive K=4", "fastreplay.ray K=4"):
+        noise = atari.row(f"{system} (noise)")
+        comp = atari.row(f"{system} (compressible)")
+        if noise is not None and comp is not None:
+            atari.notes.append(f"compressed-frame gain of {system}: "
+                               f"{comp.ratio(noise):.2f}x (compressible / noise)")
+    figs["same_node"].notes.append("x naive here: against transport=ray (forced)")
 
 
 def _default_refs(figs: dict[str, Figure]) -> None:
@@ -193,7 +206,7 @@ def table(fig: Figure) -> str:
         lines.append(f"{row.name:<44} {_fmt(row.median, row.unit):>10} {rng:>21} "
                      f"{spread:>7} {_ratio(fig, row, row.naive):>8} "
                      f"{_ratio(fig, row, row.torchrl):>9}  {row.note}")
-    lines += [f"   {s}" for s in fig.skipped]
+    lines += [f"   {s}" for s in fig.notes + fig.skipped]
     return "\n".join(lines)
 
 
@@ -278,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {"meta": info, "figures": {k: {"title": f.title, "bar": f.bar,
                                               "rows": [r.to_json() for r in f.rows],
-                                              "skipped": f.skipped}
+                                              "notes": f.notes, "skipped": f.skipped}
                                           for k, f in figs.items()}}
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=1)

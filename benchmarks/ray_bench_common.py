@@ -100,6 +100,7 @@ class Figure:
     bar: str
     rows: list[Row] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
