@@ -81,6 +81,7 @@ int fr_table_create(int sampler_kind, double sampler_exponent,
         return FR_EINVAL;
     fr_table *t = calloc(1, sizeof *t);
     if (!t) return FR_ENOMEM;
+    atomic_init(&t->key_word, 0); /* no key prefix */
     size_t cap = (size_t)max_size + 1;
     if (cap > FR_TABLE_MIN_CAPACITY) cap = FR_TABLE_MIN_CAPACITY;
     t->max_size = max_size;

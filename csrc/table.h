@@ -212,6 +212,28 @@ int fr_table_restore_item(fr_table *t, uint64_t key, double priority,
 void fr_table_restore_counters(fr_table *t, int64_t inserts, int64_t samples,
                                int64_t deletes, const fr_table_stats *stats);
 
+/* Item keys drawn for this table (fr_writer_create_item): with a key prefix
+ * p in [0, 255] every key has p in its top 8 bits (key >> 56 == p) and 56
+ * random low bits; without one (the default, prefix -1) all 64 bits are
+ * random.  Keys that callers give (fr_table_insert*, checkpoint restore) are
+ * kept as they are.  Lock-free (one atomic word): a key drawn while the
+ * prefix changes carries the old or the new prefix, never a mix. */
+#define FR_KEY_PREFIX_SHIFT 56
+/* Set the prefix, or clear it with -1.  FR_OK, or FR_EINVAL outside
+ * [-1, 255] (nothing changes). */
+int fr_table_set_key_prefix(fr_table *t, int32_t prefix);
+/* The prefix, -1 when none. */
+int32_t fr_table_key_prefix(const fr_table *t);
+/* The key of a new item from 64 random bits: one mask and one or.  O(1). */
+uint64_t fr_table_item_key(const fr_table *t, uint64_t random_bits);
+
+/* The sampler's total mass, under the table lock: the sum over items of
+ * priority^exponent (the sum-tree root: exact per fr_sumtree, 0 when every
+ * priority is 0) for a Prioritized sampler; the item count for every other
+ * sampler (Uniform, Fifo, Lifo and the heaps).  *size (unless NULL)
+ * receives the item count read under the same lock.  O(1). */
+double fr_table_priority_mass(fr_table *t, int64_t *size);
+
 /* Copy the item with `key` into *out.  Returns 1 if found, else 0. */
 int fr_table_get(fr_table *t, uint64_t key, fr_item *out);
 

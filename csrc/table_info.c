@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
-/* Inspection (counters, items in insertion order) and checkpoint restore
- * of a table. */
+/* Inspection (counters, items in insertion order, priority mass),
+ * checkpoint restore and the item key prefix of a table. */
 
 #include <stdlib.h>
 
@@ -38,6 +38,36 @@ void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
     out->rl_deletes = t->limiter.deletes;
     out->num_episodes = (int64_t)t->episodes.size;
     pthread_mutex_unlock(&t->mu);
+}
+
+double fr_table_priority_mass(fr_table *t, int64_t *size) {
+    pthread_mutex_lock(&t->mu);
+    double m = t->sampler.kind == FR_SEL_PRIORITIZED
+                   ? fr_sumtree_total(&t->sampler.tree)
+                   : (double)t->sampler.size;
+    if (size) *size = t->sampler.size;
+    pthread_mutex_unlock(&t->mu);
+    return m;
+}
+
+#define FR_KEY_LOW_BITS ((UINT64_C(1) << FR_KEY_PREFIX_SHIFT) - 1)
+
+int fr_table_set_key_prefix(fr_table *t, int32_t prefix) {
+    if (prefix < -1 || prefix > 255) return FR_EINVAL;
+    uint64_t word = prefix < 0 ? 0 : (uint64_t)prefix << FR_KEY_PREFIX_SHIFT | 1;
+    atomic_store_explicit(&t->key_word, word, memory_order_relaxed);
+    return FR_OK;
+}
+
+int32_t fr_table_key_prefix(const fr_table *t) {
+    uint64_t word = atomic_load_explicit(&t->key_word, memory_order_relaxed);
+    return word ? (int32_t)(word >> FR_KEY_PREFIX_SHIFT) : -1;
+}
+
+uint64_t fr_table_item_key(const fr_table *t, uint64_t random_bits) {
+    uint64_t word = atomic_load_explicit(&t->key_word, memory_order_relaxed);
+    return word ? (random_bits & FR_KEY_LOW_BITS) | (word & ~FR_KEY_LOW_BITS)
+                : random_bits;
 }
 
 int fr_table_restore_item(fr_table *t, uint64_t key, double priority,

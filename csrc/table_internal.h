@@ -4,6 +4,7 @@
 #ifndef FASTREPLAY_TABLE_INTERNAL_H
 #define FASTREPLAY_TABLE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <time.h>
 
 #include "table.h"
@@ -40,6 +41,10 @@ struct fr_table {
     int64_t queue_stalled_since; /* when held-back inserts began waiting, or 0 */
     size_t queue_head, queue_len, queue_cap;
     int closed;
+    /* Item key prefix (fr_table_item_key): 0 for none, else the prefix in
+     * the top 8 bits and 1 in bit 0.  One word, so a key never mixes an old
+     * and a new prefix. */
+    _Atomic uint64_t key_word;
     /* While set (a bulk insert), payloads the table lets go of are kept
      * here, up to deferred_cap, to be released after the lock is dropped. */
     uint64_t *deferred;

@@ -253,7 +253,8 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         }
     }
     *bad_column = -1;
-    fr_pending_item it = {fr_rng_next(&w->rng), priority, table, NULL, total,
+    fr_pending_item it = {fr_table_item_key(table, fr_rng_next(&w->rng)), priority,
+                          table, NULL, total,
                           malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
                           NULL};
     if (!it.ids) goto oom;

@@ -476,6 +476,35 @@ cdef class TableCore:
     def size(self) -> int:
         return fr_table_size(self._t)
 
+    def priority_mass(self) -> tuple:
+        """``(mass, size)`` read together under the table lock: the
+        sampler's total mass (the sum of priority**exponent over items, the
+        sum-tree root, for Prioritized; the item count for the other
+        samplers) and the item count.  O(1)."""
+        cdef int64_t size = 0
+        cdef double mass = fr_table_priority_mass(self._t, &size)
+        return mass, size
+
+    @property
+    def key_prefix(self):
+        """The top 8 bits of the item keys writers draw for this table, or
+        None (all 64 bits random)."""
+        cdef int32_t p = fr_table_key_prefix(self._t)
+        return None if p < 0 else p
+
+    def set_key_prefix(self, prefix) -> None:
+        """Make writers draw this table's item keys with ``prefix`` (an int
+        in [0, 255]) in their top 8 bits; None: all 64 bits random.  Items
+        already stored keep their keys."""
+        if prefix is None:
+            fr_table_set_key_prefix(self._t, -1)
+            return
+        if type(prefix) is bool or not isinstance(prefix, int) or \
+                not 0 <= prefix <= 255:
+            raise ValueError(f"key_prefix must be None or an int in [0, 255], "
+                             f"got {prefix!r} ({self._ctx()})")
+        fr_table_set_key_prefix(self._t, prefix)
+
     def stats(self) -> dict:
         """Counters of csrc/table.h ``fr_table_stats`` as a dict."""
         cdef fr_table_stats s

@@ -30,8 +30,12 @@ class Backend(Protocol):
         items go into and the sink that carries them on (None locally)."""
         ...
 
-    def sample_batch(self, table: str, n: int, timeout: float | None
-                     ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]: ...
+    def sample_batch(self, table: str, n: int, timeout: float | None,
+                     meta: dict[str, Any] | None = None
+                     ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+        """``meta`` (when given) receives the table's ``"mass"`` and
+        ``"size"`` read right after sampling."""
+        ...
 
     def sample_items(self, table: str, n: int, timeout: float | None = None
                      ) -> list[ReplaySample]: ...
@@ -73,10 +77,13 @@ class LocalBackend:
     def staging(self) -> tuple[dict[str, Table], _core.ChunkStore, Any]:
         return self._tables, self._server.chunk_store, None
 
-    def sample_batch(self, table: str, n: int, timeout: float | None
+    def sample_batch(self, table: str, n: int, timeout: float | None,
+                     meta: dict[str, Any] | None = None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
         target = self._table(table)
         info, columns, sid = target.sample_batch(n, timeout=timeout)
+        if meta is not None:
+            meta["mass"], meta["size"] = target.mass_and_size()
         structure = (target.signature if target.signature is not None
                      else _structures.get(sid))
         return info, columns, structure

@@ -189,16 +189,21 @@ class DefaultCheckpointer(CheckpointerBase):
     def latest(self) -> str | None:
         """The newest checkpoint under the root (a timestamp-named directory,
         not a symlink, holding a manifest), or None."""
+        found = self.checkpoints()
+        return found[0] if found else None
+
+    def checkpoints(self) -> list[str]:
+        """The checkpoints under the root, newest first."""
         try:
             entries = list(os.scandir(self._root))
         except OSError:
-            return None
+            return []
         done = sorted(
-            e.name for e in entries
-            if _STAMP.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-            and any(os.path.lexists(os.path.join(e.path, f))
-                    for f in (MANIFEST_CRC, MANIFEST)))
-        return os.path.join(self._root, done[-1]) if done else None
+            (e.name for e in entries
+             if _STAMP.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+             and any(os.path.lexists(os.path.join(e.path, f))
+                     for f in (MANIFEST_CRC, MANIFEST))), reverse=True)
+        return [os.path.join(self._root, d) for d in done]
 
     # ----- save -----
 

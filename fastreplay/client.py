@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,11 @@ class Client:
         (``FASTREPLAY_RECONNECT_WINDOW``, default 10).
     token : str, optional
         The server's shared token (``FASTREPLAY_TOKEN`` by default).
+    connector : callable, optional
+        ``connector(timeout)`` returns a socket-like object (``sendall``,
+        ``recv_into``, ``settimeout``, ``close``) that carries the calls to
+        the server at ``server_address`` instead of a socket (e.g. Ray actor
+        calls, ``fastreplay.ray``); it is pickled with the client.
 
     Raises
     ------
@@ -65,14 +70,17 @@ class Client:
     """
 
     def __init__(self, server_address: str, *, reconnect_window: float | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None,
+                 connector: Callable[[float], Any] | None = None) -> None:
         self._host, self._port = _parse(server_address)
+        self._connector = connector
         self._server_address = server_address
         self._reconnect_window = reconnect_window
         self._token = token
         self._backend_lock = threading.Lock()
         self._backend_found: Backend | None = None
-        if self._host in _LOCAL_HOSTS and lookup(self._port) is not None:
+        if (connector is None and self._host in _LOCAL_HOSTS
+                and lookup(self._port) is not None):
             self._backend  # noqa: B018 - resolved now: the client keeps its server alive
 
     @property
@@ -81,7 +89,8 @@ class Client:
         if backend is None:
             with self._backend_lock:
                 if self._backend_found is None:
-                    server = lookup(self._port) if self._host in _LOCAL_HOSTS else None
+                    server = (lookup(self._port) if self._connector is None
+                              and self._host in _LOCAL_HOSTS else None)
                     if server is not None:
                         self._backend_found = LocalBackend(server)
                     else:
@@ -90,7 +99,7 @@ class Client:
                         self._backend_found = RemoteBackend(
                             self._host, self._port,
                             reconnect_window=self._reconnect_window,
-                            token=self._token)
+                            token=self._token, connector=self._connector)
                 backend = self._backend_found
         return backend
 
@@ -116,7 +125,8 @@ class Client:
     def __reduce__(self) -> tuple[Any, ...]:
         # By address (and how to connect): a process that unpickles it
         # connects on its first call.
-        return _rebuild, (self._server_address, self._reconnect_window, self._token)
+        return _rebuild, (self._server_address, self._reconnect_window, self._token,
+                          self._connector)
 
     def __repr__(self) -> str:
         return f"Client(server_address={self._server_address!r})"
@@ -299,6 +309,14 @@ class Client:
         """Vectorised priority update (unknown keys are ignored)."""
         self._backend.update_priorities(table, keys, priorities)
 
+    def sync(self) -> None:
+        """Send the priority updates this thread queued and wait until the
+        server applied them (fastreplay addition; in process they already
+        are)."""
+        settle = getattr(self._backend, "settle", None)
+        if settle is not None:
+            settle()
+
     def reset(self, table: str) -> None:
         """Delete every item of ``table`` and reset its rate limiter."""
         self._backend.reset(table)
@@ -318,7 +336,8 @@ class Client:
             No server at the address (without a timeout: after the
             reconnect window).
         """
-        if timeout and self._host in _LOCAL_HOSTS and self._backend_found is None:
+        if (timeout and self._connector is None and self._host in _LOCAL_HOSTS
+                and self._backend_found is None):
             # A server of this process may still be starting.
             deadline = time.monotonic() + timeout
             while lookup(self._port) is None and time.monotonic() < deadline:
@@ -344,9 +363,10 @@ class Client:
         return self._backend.checkpoint()
 
 
-def _rebuild(address: str, reconnect_window: float | None, token: str | None
-             ) -> Client:
-    return Client(address, reconnect_window=reconnect_window, token=token)
+def _rebuild(address: str, reconnect_window: float | None, token: str | None,
+             connector: Callable[[float], Any] | None = None) -> Client:
+    return Client(address, reconnect_window=reconnect_window, token=token,
+                  connector=connector)
 
 
 def _port_open(port: int) -> bool:

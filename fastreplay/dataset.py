@@ -14,15 +14,20 @@ import queue
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from fastreplay import _nest, errors
 from fastreplay.replay_sample import SampleInfoBatch
 
-if TYPE_CHECKING:
-    from fastreplay.client import Client
+
+class Sampler(Protocol):
+    """What a dataset samples from: ``fastreplay.Client`` or
+    ``fastreplay.ray.Client``."""
+
+    def sample_batch(self, table: str, batch_size: int, *,
+                     timeout: float | None = None) -> tuple[Any, Any]: ...
 
 __all__ = ["SampleDataset"]
 
@@ -41,7 +46,7 @@ class _Workers:
     It holds no reference to the ``SampleDataset``, so the dataset can be
     garbage-collected while its workers run."""
 
-    def __init__(self, client: Client, table: str, batch_size: int,
+    def __init__(self, client: Sampler, table: str, batch_size: int,
                  prefetch: int, timeout: float | None) -> None:
         self.client, self.table = client, table
         self.batch_size, self.timeout = batch_size, timeout
@@ -130,7 +135,7 @@ class SampleDataset:
     and closing are safe from several threads.
     """
 
-    def __init__(self, client: Client, table: str, batch_size: int,
+    def __init__(self, client: Sampler, table: str, batch_size: int,
                  prefetch: int, num_workers: int, timeout: float | None) -> None:
         for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
                             ("num_workers", num_workers)):

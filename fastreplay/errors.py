@@ -17,6 +17,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidPriorityError",
     "ReverbError",
+    "ShardUnavailableError",
     "TableClosedError",
     "UnavailableError",
 ]
@@ -61,6 +62,24 @@ class InternalError(ReverbError, RuntimeError):
 class UnavailableError(ReverbError, RuntimeError):
     """No server answers at the client's address (Reverb's UNAVAILABLE, which
     its Python client raises as RuntimeError)."""
+
+
+class ShardUnavailableError(UnavailableError):
+    """A shard of a ``fastreplay.ray.ShardedServer`` does not answer (it died,
+    or restarted and lost the writer's chunks).  ``shard`` is its index,
+    ``restarts`` how often Ray restarted it, ``unacknowledged_items`` how many
+    items the writer had created that the shard had not confirmed."""
+
+    def __init__(self, message: str, shard: int | None = None, restarts: int = 0,
+                 unacknowledged_items: int = 0) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.restarts = restarts
+        self.unacknowledged_items = unacknowledged_items
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.shard, self.restarts,
+                             self.unacknowledged_items))
 
 
 class HistoryIndexError(ReverbError, IndexError, ValueError):

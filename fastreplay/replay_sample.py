@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ReplaySample", "SampleInfo", "SampleInfoBatch"]
+__all__ = ["ReplaySample", "SampleInfo", "SampleInfoBatch", "importance_weights"]
 
 
 class SampleInfo(NamedTuple):
@@ -59,7 +59,14 @@ class SampleInfoBatch(NamedTuple):
         The standard correction for prioritized replay (Schaul et al. 2016):
         ``beta = 0`` gives all ones, ``beta = 1`` fully compensates.
         """
-        if not beta >= 0:
-            raise ValueError(f"beta ({beta}) must be >= 0")
-        w = (self.table_size * self.probability) ** -float(beta)
-        return np.asarray(w / w.max(), dtype=np.float64)
+        return importance_weights(self.table_size, self.probability, beta)
+
+
+def importance_weights(table_size: npt.ArrayLike, probability: npt.ArrayLike,
+                       beta: float) -> npt.NDArray[np.float64]:
+    """``(N * P(i)) ** -beta / max_j w_j`` of a batch (``SampleInfoBatch``
+    and the sharded info of ``fastreplay.ray`` share it)."""
+    if not beta >= 0:
+        raise ValueError(f"beta ({beta}) must be >= 0")
+    w = (np.asarray(table_size) * np.asarray(probability)) ** -float(beta)
+    return np.asarray(w / w.max(), dtype=np.float64)

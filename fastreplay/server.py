@@ -9,18 +9,20 @@ processes and machines calls go over the port (``fastreplay.net``).
 
 from __future__ import annotations
 
+import operator
 import os
 import socket
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from fastreplay import _core
 from fastreplay.table import Table
 
 if TYPE_CHECKING:
     from fastreplay.client import Client
+    from fastreplay.net.service import Session
 
 __all__ = ["Server"]
 
@@ -38,6 +40,20 @@ def _reserve_port(host: str, port: int | None) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _check_key_prefix(key_prefix: object) -> int | None:
+    """``Server``'s key_prefix as an int in [0, 255] or None; ValueError
+    naming the argument otherwise."""
+    if key_prefix is None:
+        return None
+    value = None
+    if isinstance(key_prefix, SupportsIndex) and not isinstance(key_prefix, bool):
+        value = operator.index(key_prefix)
+    if value is None or not 0 <= value <= 255:
+        raise ValueError(f"key_prefix must be None or an int in [0, 255] (the top "
+                         f"8 bits of item keys), got {key_prefix!r}")
+    return value
 
 
 def lookup(port: int) -> Server | None:
@@ -71,16 +87,26 @@ class Server:
     token : str, optional
         A shared secret clients must present (``FASTREPLAY_TOKEN`` by
         default); connections without it are refused.
+    key_prefix : int, optional
+        An int in [0, 255] (fastreplay addition): every item key made for
+        this server's tables, by writers in this process and by remote
+        clients' writers alike, then has it in its top 8 bits
+        (``key >> 56 == key_prefix``) and 56 random bits below.  A sharded
+        server gives each shard its index, so a key names its shard.  None
+        (the default): all 64 bits random.  Keys restored from a checkpoint
+        stay as they were saved.
 
     Raises
     ------
     ValueError
-        No tables, or two with the same name.
+        No tables, two with the same name, or a ``key_prefix`` that is not
+        an int in [0, 255].
     """
 
     def __init__(self, tables: Iterable[Table], port: int | None = None,
                  checkpointer: Any = None, host: str | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, key_prefix: int | None = None) -> None:
+        key_prefix = _check_key_prefix(key_prefix)
         tables = list(tables)
         if not tables:
             raise ValueError("At least one table must be provided")
@@ -98,6 +124,10 @@ class Server:
                 f"Multiple items in tables have the same name: {', '.join(duplicates)}"
             )
         self._tables = {t.name: t for t in tables}
+        self._key_prefix = key_prefix
+        if key_prefix is not None:
+            for t in tables:
+                t._set_key_prefix(key_prefix)
         self._store = _core.ChunkStore()
         self._checkpointer = checkpointer
         if checkpointer is not None:
@@ -121,6 +151,12 @@ class Server:
     @property
     def host(self) -> str:
         return self._host
+
+    @property
+    def key_prefix(self) -> int | None:
+        """The top 8 bits of the item keys made for this server's tables
+        (``Server(key_prefix=...)``), or None."""
+        return self._key_prefix
 
     @property
     def tables(self) -> dict[str, Table]:
@@ -159,6 +195,12 @@ class Server:
             out.update(table.metrics())
         out.update(chunk_store_metrics(self._store.stats()))
         return out
+
+    def session(self) -> Session:
+        """A virtual connection to this server whose protocol frames come as
+        bytes through another transport (``Session.feed``), e.g. Ray actor
+        calls (``fastreplay.ray``): it serves them as a socket connection."""
+        return self._service.session()
 
     def localhost_client(self) -> Client:
         from fastreplay.client import Client

@@ -294,6 +294,12 @@ class Table:
 
     def replace(self, **overrides: Any) -> Table:
         """A new, empty table with this configuration and ``overrides``."""
+        return type(self)(**{**self.config(), **overrides})
+
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments of a new, empty table like this one
+        (picklable: fresh selectors and an unbound rate limiter), e.g. to
+        build copies of it in other processes (``fastreplay.ray``)."""
         kwargs: dict[str, Any] = dict(
             name=self._name,
             sampler=copy.copy(self._sampler),
@@ -304,12 +310,10 @@ class Table:
             signature=self._signature,
             compression=self._compression,
         )
-        kwargs.update(overrides)
-        if kwargs["rate_limiter"] is None:
-            limiter = copy.copy(self._rate_limiter)
-            limiter._table = None
-            kwargs["rate_limiter"] = limiter
-        return type(self)(**kwargs)
+        limiter = copy.copy(self._rate_limiter)
+        limiter._table = None
+        kwargs["rate_limiter"] = limiter
+        return kwargs
 
     # ----- Reverb surface -----
 
@@ -414,6 +418,35 @@ class Table:
     @property
     def size(self) -> int:
         return len(self)
+
+    @property
+    def priority_mass(self) -> float:
+        """The sampler's total mass (fastreplay addition), read under the
+        table's lock in O(1): the sum of ``priority ** priority_exponent``
+        over the items (the sum-tree root; 0.0 when every priority is 0) for
+        a ``Prioritized`` sampler, and the number of items for every other
+        sampler (``Uniform``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``).
+        A sharded table draws each shard's share of a batch from these."""
+        return float(self._core.priority_mass()[0])
+
+    def mass_and_size(self) -> tuple[float, int]:
+        """``(priority_mass, size)`` read together under the table's lock
+        (fastreplay addition): a consistent pair for a shard's share of a
+        sharded batch."""
+        mass, size = self._core.priority_mass()
+        return float(mass), int(size)
+
+    @property
+    def key_prefix(self) -> int | None:
+        """The top 8 bits of every item key writers draw for this table
+        (``key >> 56``), set by ``Server(key_prefix=...)``; None when all
+        64 bits are random (the default)."""
+        return self._core.key_prefix
+
+    def _set_key_prefix(self, prefix: int | None) -> None:
+        """Set by the server holding this table (or a remote client's
+        staging queue): items stored already keep their keys."""
+        self._core.set_key_prefix(prefix)
 
     def insert(
         self, key: int, priority: float, *, timeout: float | None = None

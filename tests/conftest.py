@@ -27,16 +27,37 @@ os.environ.setdefault("FASTREPLAY_RECONNECT_WINDOW", "1")
 
 @pytest.fixture(scope="session")
 def ray_session():  # type: ignore[no-untyped-def]
-    """One local Ray cluster for the whole session, on loopback with usage
-    stats off (skipped when ray is not installed)."""
+    """One local two-node Ray cluster for the whole session, on loopback with
+    usage stats off (skipped when ray is not installed).
+
+    ``ray.cluster_utils.Cluster(connect=True)`` hangs on machines whose
+    hostname resolves off loopback (its driver connects to the public
+    address), so the head comes from ``ray.init`` and the second node is
+    added the way ``Cluster.add_node`` adds one."""
     ray = pytest.importorskip("ray")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    ctx = ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
+                   log_to_driver=False, configure_logging=False)
+    params = RayParams(gcs_address=ctx.address_info["gcs_address"],
+                       node_ip_address="127.0.0.1", num_cpus=2,
+                       include_log_monitor=False, node_manager_port=0,
+                       object_store_memory=150 << 20, min_worker_port=0,
+                       max_worker_port=0)
+    params.dashboard_agent_listen_port = None
+    node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
     try:
+        import time
+        deadline = time.monotonic() + 60
+        while sum(1 for n in ray.nodes() if n["Alive"]) < 2:
+            assert time.monotonic() < deadline, "the second Ray node did not start"
+            time.sleep(0.1)
         yield ray
     finally:
         ray.shutdown()
+        node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
 @pytest.fixture(params=["fastreplay", "upstream"])

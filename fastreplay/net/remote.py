@@ -73,7 +73,8 @@ class RemoteBackend:
     """The tables of the server at ``host:port`` in another process."""
 
     def __init__(self, host: str, port: int, *, reconnect_window: float | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None,
+                 connector: Callable[[float], Any] | None = None) -> None:
         self._host = "127.0.0.1" if host in ("", "localhost") else host.strip("[]")
         self._port = port
         self._window = _window() if reconnect_window is None else reconnect_window
@@ -82,10 +83,16 @@ class RemoteBackend:
         self._lock = threading.Lock()
         self._conns: list[Conn] = []
         self._staging: dict[str, Table] | None = None
+        self._key_prefix: int | None = None  # the server's (hello)
         self._infos: dict[str, TableInfo] = {}
         self._outbox: Outbox | None = None
         self._store = _core.ChunkStore()
-        self._same_host = self._host in _LOOPBACK or self._host.startswith("127.")
+        # connector(wait): a socket-like object (sendall, recv_into,
+        # settimeout, close) carrying the frames instead of TCP or the Unix
+        # socket, e.g. Ray actor calls; no shared memory through it.
+        self._connector = connector
+        self._same_host = connector is None and (
+            self._host in _LOOPBACK or self._host.startswith("127."))
         self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
         self._flusher: Flusher | None = None
@@ -99,10 +106,14 @@ class RemoteBackend:
     # ----- connections -----
 
     def _open(self, deadline: float, local: bool) -> socket.socket | None:
-        """A connection that said hello: through the server's Unix socket
-        (``local``; None when there is none) or TCP."""
+        """A connection that said hello: through the connector when there is
+        one, else the server's Unix socket (``local``; None when there is
+        none) or TCP."""
         wait = max(0.05, min(5.0, deadline - time.monotonic()))
-        if local:
+        sock: socket.socket
+        if self._connector is not None:
+            sock = self._connector(wait)
+        elif local:
             name = wire.local_socket_name(self._port)
             if name is None:
                 return None
@@ -139,7 +150,20 @@ class RemoteBackend:
                           and result.get("host") in (self._host, "0.0.0.0", "::")):
             sock.close()  # another server's socket (one on another loopback address)
             return None
+        self._adopt_key_prefix(result)
         return sock
+
+    def _adopt_key_prefix(self, hello: Any) -> None:
+        """Take the server's item key prefix from its hello (None from a
+        server without one): the staging queues' writers draw keys with it,
+        as the server's own writers do."""
+        prefix = hello.get("key_prefix") if isinstance(hello, dict) else None
+        if type(prefix) is not int or not 0 <= prefix <= 255:
+            prefix = None
+        with self._lock:  # staging() builds the queues under it
+            self._key_prefix = prefix
+            for table in (self._staging or {}).values():
+                table._set_key_prefix(prefix)
 
     def _connect(self, deadline: float) -> Conn:
         delay = 0.01
@@ -211,13 +235,19 @@ class RemoteBackend:
                     conn.sock.settimeout(None if timeout is None else timeout + 10.0)
                     if conn.ops.items:
                         self._ship_ops(conn)
-                    if not defer or len(conn.pending) >= MAX_OWED:
+                    # A pipelined connection (a Ray link, where a round trip
+                    # costs a millisecond) sends the call before reading the
+                    # replies owed; a socket reads them first.
+                    pipelined = getattr(conn.sock, "pipelined", False) and not defer
+                    if len(conn.pending) >= MAX_OWED or not (defer or pipelined):
                         conn.settle()
                     wire.send_frame(conn.sock, wire.KIND_CALL, {"op": op, "args": args},
                                     blobs)
                     if defer:
                         conn.pending.append((op, args, blobs, timeout, build))
                         return None, None
+                    if conn.pending:
+                        _settle_before(conn)
                     kind, msg, blob = conn.reader.recv_frame()
                 except TimeoutError:
                     self._drop(conn)
@@ -257,6 +287,12 @@ class RemoteBackend:
         conn.pending.append(("priorities", args, blobs, None, None))
         wire.send_frame(conn.sock, wire.KIND_CALL, {"op": "priorities", "args": args},
                         blobs)
+
+    def _flush_ops(self, conn: Conn) -> None:
+        """``_ship_ops`` for the Flusher: what it sends goes now even
+        through a connector that buffers until a read (``_push``)."""
+        self._ship_ops(conn)
+        _push(conn)
 
     def settle(self) -> None:
         """Send this thread's waiting priority updates and wait for the
@@ -348,16 +384,23 @@ class RemoteBackend:
             infos = self.info()
         with self._lock:
             if self._staging is None:
-                self._staging = {
+                staging = {
                     n: Table.queue(n, STAGING_ITEMS, signature=i.signature,
                                    compression=i.compression)
                     for n, i in infos.items()}
+                for table in staging.values():
+                    table._set_key_prefix(self._key_prefix)
+                self._staging = staging
                 self._outbox = Outbox(self, self._staging)
                 self._closers.append(self._outbox.close)
             return self._staging, self._store, Sink(self._outbox, self)
 
-    def sample_batch(self, table: str, n: int, timeout: float | None
+    def sample_batch(self, table: str, n: int, timeout: float | None,
+                     meta: dict[str, Any] | None = None
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+        """A batch of ``n`` from ``table``; ``meta`` (when given) receives
+        the table's ``"mass"`` (``Table.priority_mass``) and ``"size"`` as
+        the server read them right after sampling this batch."""
         conn = self._conn(time.monotonic() + self._window)
         with conn.lock:
             got = self._take_ahead(conn, table, n)
@@ -373,8 +416,12 @@ class RemoteBackend:
                     and ahead.eligible(self.table_info(table))):
                 while len(now.ahead) < AHEAD_DEPTH and self._ask_ahead(now, table, n):
                     pass
+                _push(now)
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
+        if meta is not None and "mass" in result:  # older servers send neither
+            meta["mass"] = float(result["mass"])
+            meta["size"] = int(result["size"])
         if segment is not None and result.get("shm") == segment[1].name:
             arrays = segment_arrays(result["arrays"], *segment)
         else:
@@ -555,7 +602,7 @@ class RemoteBackend:
             if self._flusher is None:
                 with self._lock:
                     if self._flusher is None:
-                        self._flusher = Flusher(self._ship_ops)
+                        self._flusher = Flusher(self._flush_ops)
                         self._closers.append(self._flusher.close)
             self._flusher.watch(conn)
 
@@ -585,6 +632,33 @@ class RemoteBackend:
     def metrics(self) -> dict[str, float]:
         result, _ = self.call("metrics", {})
         return {str(k): v for k, v in result.items()}
+
+
+def _settle_before(conn: Conn) -> None:
+    """Read the replies owed before a pipelined call's; when one is an
+    error, the call's reply is read and dropped and the error raised."""
+    try:
+        conn.settle()
+    except (OSError, wire.FrameError):
+        raise
+    except Exception:
+        try:
+            conn.reader.recv_frame()
+        except (OSError, wire.FrameError):
+            pass  # the next call reconnects
+        raise
+
+
+def _push(conn: Conn) -> None:
+    """Ship what a connector's socket-like object buffers (``push``, e.g.
+    a Ray link's, which otherwise waits for 64 KiB or a read): for
+    requests sent ahead of their reads."""
+    push = getattr(conn.sock, "push", None)
+    if push is not None:
+        try:
+            push()
+        except OSError:
+            pass  # the next call finds the connection broken, reconnects
 
 
 def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:

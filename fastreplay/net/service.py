@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fastreplay.server import Server
     from fastreplay.table import Table
 
-__all__ = ["Service"]
+__all__ = ["Service", "Session"]
 
 #: Chunks one connection may keep for items still to come (the client
 #: forgets older ones explicitly; past this the connection is closed).
@@ -123,15 +123,8 @@ class Service:
             reader = wire.Reader(sock)
             while True:
                 _, msg, blob = reader.recv_frame()
-                try:
-                    result, blobs = self._call(msg, blob, state)
-                except _ProtocolError as exc:
-                    _send_error(sock, errors.DataLossError(str(exc)))
+                if not self._answer(sock, msg, blob, state):
                     return
-                except Exception as exc:  # noqa: BLE001 - goes back to the caller
-                    _send_error(sock, exc)
-                    continue
-                wire.send_frame(sock, wire.KIND_REPLY, {"result": result}, blobs)
         except (OSError, wire.FrameError):
             pass  # peer gone or garbage: drop this connection only
         finally:
@@ -145,6 +138,10 @@ class Service:
         sock.settimeout(10.0)  # a peer that says nothing is dropped
         _, msg, _ = wire.recv_frame(sock, max_blob=0, max_json=wire.MAX_HELLO_BYTES)
         sock.settimeout(None)
+        self._greet(sock, msg)
+
+    def _greet(self, sock: Any, msg: dict[str, Any]) -> None:
+        """Answer a connection's first frame (FrameError: close it)."""
         if msg.get("op") != "hello":
             raise wire.FrameError("first frame is not a hello")
         if self._token is not None:
@@ -156,7 +153,26 @@ class Service:
                 raise wire.FrameError("bad token")
         wire.send_frame(sock, wire.KIND_REPLY, {"result": {
             "tables": sorted(self._server.tables), "version": wire.VERSION,
-            "host": self._server.host, "port": self._server.port}})
+            "host": self._server.host, "port": self._server.port,
+            "key_prefix": self._server.key_prefix}})
+
+    def _answer(self, sock: Any, msg: dict[str, Any], blob: Any, state: _State) -> bool:
+        """Handle one call and send its reply or error on ``sock``; False
+        when the connection must be closed (after the error is sent)."""
+        try:
+            result, blobs = self._call(msg, blob, state)
+        except _ProtocolError as exc:
+            _send_error(sock, errors.DataLossError(str(exc)))
+            return False
+        except Exception as exc:  # noqa: BLE001 - goes back to the caller
+            _send_error(sock, exc)
+            return True
+        wire.send_frame(sock, wire.KIND_REPLY, {"result": result}, blobs)
+        return True
+
+    def session(self) -> Session:
+        """A virtual connection whose frames arrive as bytes (``Session``)."""
+        return Session(self)
 
     def _table(self, args: dict[str, Any]) -> Table:
         name = args.get("table")
@@ -196,13 +212,15 @@ class Service:
         head = len(SampleInfoBatch._fields) * ((8 * n + 63) // 64 * 64)
         info, columns, sid = table.sample_batch(n, timeout=_timeout(args),
                                                 out=segment, offset=head)
+        mass, size = table.mass_and_size()  # what a sharded client weighs by
         structure = (table.signature if table.signature is not None
                      else _structures.get(sid))
         arrays = [*info, *columns]
         offsets, total = _shm_layout(arrays)
         reply = {"n_info": len(SampleInfoBatch._fields),
                  "structure": structure_to_json(structure),
-                 "n_leaves": len(columns), "nbytes": total}
+                 "n_leaves": len(columns), "nbytes": total,
+                 "mass": mass, "size": size}
         if segment is not None and total <= segment.size:
             target = np.frombuffer(segment, np.uint8)
             descs = []
@@ -324,6 +342,83 @@ class Service:
     def _checkpoint(self, args: dict[str, Any], blob: Any, state: _State
                     ) -> tuple[Any, list[Any]]:
         return self._server.checkpoint(), []
+
+
+class _Replies:
+    """Socket-like collector of the frames a ``Session`` answers with."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+
+    def sendall(self, data: Any) -> None:
+        self.parts.append(data)  # kept alive (and unchanged) until joined
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class Session:
+    """One virtual connection to a ``Service`` whose frames come as bytes
+    (another transport carries them, e.g. Ray actor calls): ``feed``
+    handles every complete frame exactly as a socket connection would
+    (hello first, the same replies and errors) and returns the reply
+    frames.  Bytes of an incomplete frame wait for the next ``feed``; the
+    bytes fed are copied, never kept.  Calls of one session run one at a
+    time, in the order fed; sessions run concurrently."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._state = _State()
+        self._buf = bytearray()
+        self._greeted = False
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is over (a protocol error, a bad token,
+        a malformed frame or ``close``): later feeds answer nothing."""
+        return self._closed
+
+    def feed(self, data: Any) -> bytes:
+        """The reply frames to the complete frames of what was fed so far."""
+        out = _Replies()
+        with self._lock:
+            if self._closed:
+                return b""
+            self._buf += data
+            at = 0
+            try:
+                while not self._closed:
+                    hello = not self._greeted
+                    got = wire.split_frame(
+                        self._buf, at, max_blob=0 if hello else None,
+                        max_json=wire.MAX_HELLO_BYTES if hello else wire.MAX_JSON_BYTES)
+                    if got is None:
+                        break
+                    at, _, msg, blob = got
+                    if hello:
+                        self._service._greet(out, msg)
+                        self._greeted = True
+                    elif not self._service._answer(out, msg, blob, self._state):
+                        self._close()
+            except wire.FrameError:
+                self._close()  # garbage or a refused hello: dropped, as a socket
+            if self._closed:
+                self._buf = bytearray()
+            else:
+                del self._buf[:at]
+        return out.join()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._buf = bytearray()
+        self._state.chunks.clear()
+        self._state.segments.clear()
 
 
 _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FrameError", "MAGIC", "VERSION", "Reader", "recv_frame", "send_frame",
-           "pack_arrays", "unpack_arrays", "max_blob_bytes", "local_socket_name"]
+           "pack_arrays", "unpack_arrays", "max_blob_bytes", "local_socket_name",
+           "split_frame"]
 
 MAGIC = b"FRWP"
 VERSION = 1
@@ -168,6 +169,27 @@ def recv_frame(sock: socket.socket, max_blob: int | None = None,
                                            max_blob, max_json)
     body = _recv_blob(sock, json_len)  # pages touched only as bytes arrive
     return kind, _parse(body.tobytes()), _recv_blob(sock, blob_len)
+
+
+def split_frame(buf: bytearray | bytes, start: int = 0, max_blob: int | None = None,
+                max_json: int = MAX_JSON_BYTES) -> tuple[int, int, Any, Any] | None:
+    """``(end, kind, message, blob)`` of the frame at ``buf[start:]`` (for
+    frames that arrive as bytes rather than on a socket), the blob copied
+    into a new writable uint8 array; None while the frame is incomplete.
+    The header is checked as soon as it is there (FrameError)."""
+    if len(buf) - start < _HEADER.size:
+        return None
+    kind, json_len, blob_len = _check_head(bytes(buf[start:start + _HEADER.size]),
+                                           max_blob, max_json)
+    at = start + _HEADER.size
+    end = at + json_len + blob_len
+    if len(buf) < end:
+        return None
+    with memoryview(buf) as view:
+        message = _parse(bytes(view[at:at + json_len]))
+        blob = np.empty(blob_len, np.uint8)
+        blob[:] = np.frombuffer(view[at + json_len:end], np.uint8)
+    return end, kind, message, blob
 
 
 class Reader:

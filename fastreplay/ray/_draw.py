@@ -1,0 +1,184 @@
+"""One globally exact draw of a batch over the shards (the math is in
+``_sampling``; this module asks the shards).
+
+Three ways to get the masses the counts are drawn from:
+
+- one round (the default for tables where extra samples cost nothing):
+  every live shard is asked for a few more items than it is expected to
+  give (``overfetch``); the counts are drawn from the masses its reply
+  carries, and the extra items are dropped;
+- cached (``max_mass_age_s > 0``): counts from masses at most that old;
+- two rounds (``max_times_sampled`` or a samples-per-insert limiter, where
+  an extra sample would count): the masses first, then exact counts.
+
+In each, a shard is sampled with its own probabilities and the reported
+probability is ``(m_s / sum(m)) * p_local`` for the masses the counts were
+drawn with: exact for the draw made.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from fastreplay import _nest, errors
+from fastreplay.ray import _sampling
+from fastreplay.ray._shards import Shards
+
+__all__ = ["Draw"]
+
+
+class Draw:
+    """The sampling state of one client: cached masses, the generator of
+    shard counts, counters."""
+
+    def __init__(self, shards: Shards, max_mass_age_s: float, seed: int | None) -> None:
+        self._shards = shards
+        self._max_age = float(max_mass_age_s)
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()  # the generator
+        self._masses: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}
+        self.stats = {"samples": 0, "second_rounds": 0, "overfetched": 0}
+
+    def _counts(self, batch: int, masses: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return _sampling.draw_counts(self._rng, batch, masses)
+
+    def _unavailable(self, missing: list[int]) -> errors.ShardUnavailableError:
+        return errors.ShardUnavailableError(
+            f"shards {sorted(missing)} are unavailable (require_all_shards=True)",
+            shard=missing[0], restarts=self._shards.restarts(missing[0]))
+
+    def one_shard(self, table: str, n: int, timeout: float | None, s: int
+                  ) -> tuple[_sampling.ShardedSampleInfo, Any]:
+        """``n`` items of shard ``s`` alone (its own probabilities)."""
+        sh = self._shards
+        sh.check(s)
+        r = sh.on(s).submit(sh.fetch, s, table, n, timeout).result()
+        if isinstance(r, BaseException):
+            raise sh.lost(s) from None
+        if r is None:
+            raise errors.DeadlineExceededError(
+                "Rate Limiter: Timeout exceeded before the right to sample was "
+                f"acquired. (table '{table}', shard {s})")
+        info, data = r
+        one = np.zeros(len(sh))
+        one[s] = 1.0
+        size = int(info.table_size[0]) if len(info) else 0
+        return _sampling.merge_info([(s, info)], one, size, ()), data
+
+    def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool
+             ) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
+        """One attempt at a batch; None when no shard can sample now."""
+        sh = self._shards
+        n_sh = len(sh)
+        live = sh.live()
+        if require_all and len(live) < n_sh:
+            sh.revive()
+            live = sh.live()
+            if len(live) < n_sh:
+                raise self._unavailable(sorted(set(range(n_sh)) - set(live)))
+        cached = self._masses.get(table)
+        use_cache = (self._max_age > 0 and cached is not None
+                     and time.monotonic() - cached[0] <= self._max_age)
+        masses = np.zeros(n_sh)
+        sizes = cached[2].copy() if cached is not None else np.zeros(n_sh, np.int64)
+        if use_cache:
+            assert cached is not None
+            masses[live] = cached[1][live]
+            want = self._counts(batch, masses)
+        elif meta["overfetch"]:
+            prior = cached[1][live] if cached is not None else np.ones(len(live))
+            if not prior.sum() > 0:
+                prior = np.ones(len(live))
+            want = np.zeros(n_sh, np.int64)
+            want[live] = _sampling.overfetch(batch, prior / prior.sum())
+        else:
+            masses = self._state_masses(table, live, sizes)
+            want = self._counts(batch, masses)
+        asked = {s: sh.on(s).submit(sh.fetch, s, table, int(want[s]), 0)
+                 for s in live if want[s] > 0}
+        replies: dict[int, Any] = {}
+        unavailable = sorted(sh.dead)
+        for s, f in asked.items():
+            r = f.result()
+            if isinstance(r, BaseException):
+                unavailable.append(s)
+            elif r is not None:
+                replies[s] = r
+                sizes[s] = int(r[0].table_size[0]) if len(r[0]) else 0
+        if require_all and unavailable:
+            raise self._unavailable(unavailable)
+        counts = want
+        if not use_cache:
+            if meta["overfetch"]:
+                masses = np.zeros(n_sh)
+                for s, (info, _) in replies.items():
+                    masses[s] = _sampling.mass_of(info, meta["exponent"])
+                counts = self._counts(batch, masses)
+                self.stats["overfetched"] += int(
+                    sum(len(r[0]) for r in replies.values()) - counts.sum())
+            self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
+        if counts.sum() == 0:
+            return None
+        got = self._assemble(table, counts, replies)
+        if got is None:
+            return None
+        parts, leaves, structure = got
+        info = _sampling.merge_info(parts, masses, int(sizes.sum()), unavailable)
+        flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
+        self.stats["samples"] += batch
+        return info, _nest.unflatten_as(structure, flat)
+
+    def _assemble(self, table: str, counts: np.ndarray, replies: dict[int, Any]
+                  ) -> tuple[list[Any], list[list[np.ndarray]], Any] | None:
+        """Each shard's first ``counts[s]`` items, topping up a shard that
+        gave fewer (a second round); None when a shard cannot any more."""
+        sh = self._shards
+        short = {s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
+                 for s in range(len(sh)) if counts[s] > 0}
+        extra = {s: sh.on(s).submit(sh.fetch, s, table, k, 0)
+                 for s, k in short.items() if k > 0}
+        if extra:
+            self.stats["second_rounds"] += 1
+        parts: list[Any] = []
+        leaves: list[list[np.ndarray]] = []
+        structure = None
+        for s in range(len(sh)):
+            if counts[s] == 0:
+                continue
+            if s in replies:
+                info, data = replies[s]
+                k = min(int(counts[s]), len(info))
+                parts.append((s, _sampling.trim_info(info, k)))
+                leaves.append([np.asarray(x)[:k] for x in _nest.flatten(data)])
+                structure = data
+            if s in extra:
+                r = extra[s].result()
+                if r is None or isinstance(r, BaseException) or len(r[0]) < short[s]:
+                    return None  # the shard changed under us: draw again
+                parts.append((s, r[0]))
+                leaves.append([np.asarray(x) for x in _nest.flatten(r[1])])
+                structure = r[1]
+        return parts, leaves, structure
+
+    def _state_masses(self, table: str, live: list[int], sizes: np.ndarray
+                      ) -> np.ndarray:
+        """Masses read from the shards' tables (a round trip before the
+        draw, for tables where extra samples would count)."""
+        import ray
+
+        masses = np.zeros(len(self._shards))
+        refs = {s: self._shards.actors[s].state.remote() for s in live}
+        for s, ref in refs.items():
+            try:
+                mass, size, can = ray.get(ref, timeout=30)[table]
+            except Exception:  # noqa: BLE001 - skipped, as in the sample round
+                self._shards.dead.add(s)
+                continue
+            masses[s] = mass if can else 0.0
+            sizes[s] = size
+        return masses

@@ -1,0 +1,286 @@
+"""The ``"ray"`` transport: fastreplay's wire protocol carried by Ray actor
+calls, for a client on another node than its shard.
+
+Both sides speak the protocol of ``fastreplay.net`` unchanged (writers'
+outbox, deferred calls, priority updates, batches asked for ahead): only
+the bytes travel differently.
+
+- Client: ``RayConnector(actor)`` is a ``fastreplay.Client`` connector.  Each
+  connection is a ``RaySocket``: what the client sends is buffered and
+  shipped as one asynchronous ``actor.link_exchange(session, seq, data)``
+  call when 64 KiB are waiting or when the client reads; the calls' replies
+  (the server's frames) are read in order.  A dead actor is a broken socket
+  (``ConnectionResetError``), so the client's reconnect window applies; a
+  socket timeout is ``ray.get``'s.
+- Shard: ``LinkHost(server)`` answers ``link_open``, ``link_exchange`` and
+  ``link_close`` (the shard actor delegates to it).  Each session is one
+  ``Server.session()``.  A threaded actor runs calls in any order, so the
+  host runs each session's exchanges in ``seq`` order (waiting a bounded
+  time for a missing one) and different sessions concurrently.  The bytes
+  Ray hands over are copied by the session, never kept (ray#8227).
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import threading
+import time
+from typing import Any
+
+from fastreplay.net.service import Session
+from fastreplay.server import Server
+
+__all__ = ["LinkHost", "RayConnector", "RaySocket", "SHIP_BYTES", "MAX_IN_FLIGHT"]
+
+#: Bytes a RaySocket buffers before it ships them without waiting for a read.
+SHIP_BYTES = 64 << 10
+#: Exchanges of one RaySocket in flight; past this a send waits for the oldest
+#: reply (as a full socket buffer would), so one connection keeps at most this
+#: many of the actor's threads (one running, the next waiting its turn).
+MAX_IN_FLIGHT = 2
+
+
+def _broken(exc: BaseException) -> OSError:
+    return ConnectionResetError(f"fastreplay shard actor unreachable: {exc}")
+
+
+class RaySocket:
+    """A socket-like connection to a ``LinkHost`` behind ``actor`` (session
+    ``session_id``).  Used by one thread at a time (the client's
+    ``Conn.lock``)."""
+
+    #: The client sends a call before reading the replies it owes
+    #: (``RemoteBackend.call``): one exchange instead of two.
+    pipelined = True
+
+    def __init__(self, actor: Any, session_id: int) -> None:
+        self._actor = actor
+        self._session = session_id
+        self._seq = 0
+        self._out = bytearray()
+        self._flight: collections.deque[Any] = collections.deque()
+        self._in: bytes = b""
+        self._pos = 0
+        self._timeout: float | None = None
+        self._eof = False
+        self._closed = False
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def sendall(self, data: Any) -> None:
+        if self._closed or self._eof:
+            raise BrokenPipeError("fastreplay ray link is closed")
+        self._out += data
+        if len(self._out) >= SHIP_BYTES:
+            self._ship()
+
+    def push(self) -> None:
+        """Ship what is buffered now (requests sent ahead of their reads:
+        batches asked for ahead, priority updates of the Flusher)."""
+        if self._out and not (self._closed or self._eof):
+            self._ship()
+
+    def _ship(self) -> None:
+        """Send what is buffered as one exchange."""
+        while len(self._flight) >= MAX_IN_FLIGHT:
+            self._collect()
+        data, self._out = bytes(self._out), bytearray()
+        self._flight.append(self._actor.link_exchange.remote(self._session, self._seq,
+                                                             data))
+        self._seq += 1
+
+    def _collect(self) -> None:
+        """Wait for the oldest exchange's reply and buffer it for reading."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        try:
+            reply = ray.get(self._flight[0], timeout=self._timeout)
+        except GetTimeoutError:
+            raise TimeoutError("timed out") from None  # the reply may still come
+        except RayError as exc:
+            self._flight.clear()
+            raise _broken(exc) from None
+        self._flight.popleft()
+        if reply is None:  # the host closed the session
+            self._eof = True
+            self._flight.clear()
+            return
+        if self._pos == len(self._in):
+            self._in = reply  # read in place: Ray's bytes are ours
+        else:
+            self._in = self._in[self._pos:] + reply
+        self._pos = 0
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        n = nbytes or view.nbytes
+        while self._pos == len(self._in):
+            if self._eof or self._closed:
+                return 0
+            if self._out:
+                self._ship()
+            if not self._flight:
+                # Nothing asked: a real socket would wait for the timeout.
+                if self._timeout is not None:
+                    time.sleep(self._timeout)
+                    raise TimeoutError("timed out")
+                raise ConnectionAbortedError("fastreplay ray link: read with "
+                                             "nothing sent")
+            self._collect()
+        k = min(n, len(self._in) - self._pos)
+        with memoryview(self._in) as src:
+            view[:k] = src[self._pos:self._pos + k]
+        self._pos += k
+        return k
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._flight.clear()
+        try:  # in order after what was shipped; nobody waits for it
+            self._actor.link_close.remote(self._session, self._seq)
+        except Exception:  # noqa: BLE001, S110 - a dead actor or Ray shut down
+            pass
+
+
+class RayConnector:
+    """A ``fastreplay.Client`` connector (``connector=``) to the
+    ``LinkHost`` an actor exposes as ``link_open`` / ``link_exchange`` /
+    ``link_close``; picklable (it holds the actor handle)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def __call__(self, timeout: float) -> RaySocket:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        try:
+            session = ray.get(self.actor.link_open.remote(), timeout=timeout)
+        except GetTimeoutError:
+            raise TimeoutError("fastreplay shard actor did not answer") from None
+        except RayError as exc:
+            raise ConnectionRefusedError(
+                f"fastreplay shard actor unreachable: {exc}") from None
+        return RaySocket(self.actor, int(session))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RayConnector, (self.actor,)
+
+
+class _Link:
+    """One session and the turn of its exchanges."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.turn = threading.Condition()
+        self.next_seq = 0
+        self.used = time.monotonic()
+
+
+class LinkHost:
+    """Serves ``server`` to ``RaySocket`` clients (the shard actor's
+    ``link_open``, ``link_exchange`` and ``link_close`` delegate here).
+
+    ``order_wait`` bounds how long an exchange waits for its predecessor
+    (Ray delivers a threaded actor's calls out of order, not never); past
+    it the session is closed.  Sessions unused for ``max_idle_s`` (their
+    client vanished without closing) are dropped when another opens."""
+
+    def __init__(self, server: Server, *, order_wait: float = 60.0,
+                 max_idle_s: float = 3600.0) -> None:
+        self._server = server
+        self._order_wait = order_wait
+        self._max_idle = max_idle_s
+        self._lock = threading.Lock()
+        self._links: dict[int, _Link] = {}
+
+    def link_open(self) -> int:
+        """A new session's id."""
+        link = _Link(self._server.session())
+        now = time.monotonic()
+        with self._lock:
+            for sid, old in list(self._links.items()):
+                if now - old.used > self._max_idle:
+                    del self._links[sid]
+                    old.session.close()
+            # Random: a client of this actor's previous life (before a
+            # restart) must not find its session id taken by another client.
+            sid = secrets.randbits(62)
+            while sid in self._links:
+                sid = secrets.randbits(62)
+            self._links[sid] = link
+        return sid
+
+    def _turn(self, session_id: int, seq: int) -> _Link | None:
+        """The session, its ``turn`` held, once exchange ``seq`` is next;
+        None (nothing held) when the session is gone."""
+        link = self._links.get(session_id)
+        if link is None:
+            return None
+        link.turn.acquire()
+        deadline = time.monotonic() + self._order_wait
+        while link.next_seq != seq and not link.session.closed:
+            left = deadline - time.monotonic()
+            if left <= 0 or link.next_seq > seq:
+                self._end(session_id, link)
+                break
+            link.turn.wait(left)
+        if link.session.closed:
+            link.turn.release()
+            return None
+        return link
+
+    def link_exchange(self, session_id: int, seq: int, data: bytes) -> bytes | None:
+        """The reply frames to the frames in ``data`` (exchange ``seq`` of
+        the session, counted from 0); None once the session is gone."""
+        link = self._turn(session_id, seq)
+        if link is None:
+            return None
+        try:
+            reply = link.session.feed(data)
+            link.used = time.monotonic()
+        finally:
+            link.next_seq += 1
+            link.turn.notify_all()
+            link.turn.release()
+        if link.session.closed:
+            with self._lock:
+                self._links.pop(session_id, None)
+        return reply
+
+    def link_close(self, session_id: int, seq: int | None = None) -> None:
+        """End a session (after exchange ``seq - 1`` when ``seq`` is given)."""
+        link = self._turn(session_id, seq) if seq is not None else \
+            self._links.get(session_id)
+        if link is None:
+            return
+        if seq is not None:
+            link.turn.notify_all()
+            link.turn.release()
+        self._end(session_id, link)
+
+    def _end(self, session_id: int, link: _Link) -> None:
+        with self._lock:
+            self._links.pop(session_id, None)
+        link.session.close()
+        with link.turn:
+            link.turn.notify_all()
+
+    def close(self) -> None:
+        """End every session."""
+        with self._lock:
+            links = list(self._links.items())
+        for sid, link in links:
+            self._end(sid, link)
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._links)
