@@ -116,10 +116,6 @@ class Learner:
                 return rows, time.perf_counter() - t0
 
 
-def _rate(results: list[tuple[int, float]]) -> float:
-    """Rows/s of actors that ran at the same time: the sum of their rates."""
-    return sum(rows / elapsed for rows, elapsed in results)
-
 
 def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes,
                 size_of: Any, label: str) -> dict[str, list[Row]]:
@@ -135,7 +131,8 @@ def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes
         size_of()  # the buffer actor is up
 
         def writes(duration: float) -> float:
-            return _rate(ray.get([w.run.remote(duration) for w in writers], timeout=t))
+            refs = [w.run.remote(duration) for w in writers]
+            return rc.rate(ray.get(refs, timeout=t))
 
         w = rc.rounds(writes, sizes.rounds, sizes.duration)
         missing = sizes.prefill - size_of()
@@ -144,19 +141,10 @@ def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes
                     timeout=t)
 
         def learn(duration: float) -> float:
-            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
+            return rc.rate([ray.get(learner.run.remote(duration), timeout=t)])
 
         s = rc.rounds(learn, sizes.rounds, sizes.duration)
-        tw: list[float] = []
-
-        def together(duration: float) -> float:
-            refs = [wr.run.remote(duration) for wr in writers]
-            lref = learner.run.remote(duration)
-            tw.append(_rate(ray.get(refs, timeout=t)))
-            return _rate([ray.get(lref, timeout=t)])
-
-        ts = rc.rounds(together, sizes.rounds, sizes.duration)
-        tw = tw[1:]  # not the warm-up round
+        tw, ts = rc.together(writers, learner, sizes.rounds, sizes.duration, t)
     finally:
         rc.kill(learner, *writers)
     what = "sample" if kind == "torchrl" else "sample + update_priorities"
@@ -215,7 +203,7 @@ def naive_atari(cluster: rc.Cluster, sizes: Sizes, compressible: bool) -> Row:
                 size = ray.get(b.add_batch.remote(chunk), timeout=t)
 
         def learn(duration: float) -> float:
-            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
+            return rc.rate([ray.get(learner.run.remote(duration), timeout=t)])
 
         values = rc.rounds(learn, sizes.rounds, sizes.duration)
     finally:

@@ -106,6 +106,29 @@ class Figure:
         return next((r for r in self.rows if r.name == name), None)
 
 
+def rate(results: list[tuple[int, float]]) -> float:
+    """Rows/s of actors that ran at the same time: the sum of their rates."""
+    return sum(rows / elapsed for rows, elapsed in results)
+
+
+def together(writers: list[Any], learner: Any, n: int, duration: float,
+             timeout: float) -> tuple[list[float], list[float]]:
+    """Writers and the learner at once, ``n`` rounds: ``(writes, sampled)``
+    rows/s per round (each actor's ``run(duration)`` returns ``(rows, s)``)."""
+    import ray
+
+    writes: list[float] = []
+
+    def one(d: float) -> float:
+        refs = [w.run.remote(d) for w in writers]
+        lref = learner.run.remote(d)
+        writes.append(rate(ray.get(refs, timeout=timeout)))
+        return rate([ray.get(lref, timeout=timeout)])
+
+    sampled = rounds(one, n, duration)
+    return writes[1:], sampled  # not the warm-up round
+
+
 def rounds(fn: Callable[[float], float], n: int, duration: float) -> list[float]:
     """``fn(duration)`` ``n`` times, one value per round, after a shorter
     round not kept (first calls connect, warm caches and import)."""

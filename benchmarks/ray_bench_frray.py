@@ -132,9 +132,6 @@ def _remote(cls: type, node: str, *args: Any) -> Any:
     return rc.remote_class(cls).options(**rc.on_node(node)).remote(*args)
 
 
-def _rate(results: list[tuple[int, float]]) -> float:
-    return sum(rows / elapsed for rows, elapsed in results)
-
 
 def _size(cl: Any) -> int:
     return int(sum(t.current_size for t in cl.server_info().values()))
@@ -157,7 +154,8 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
         ray.get([a.ready.remote() for a in actors], timeout=t)
 
         def writes(duration: float) -> float:
-            return _rate(ray.get([w.run.remote(duration) for w in writers], timeout=t))
+            refs = [w.run.remote(duration) for w in writers]
+            return rc.rate(ray.get(refs, timeout=t))
 
         w = rc.rounds(writes, sizes.rounds, sizes.duration)
         missing = sizes.prefill - _size(cl)
@@ -166,20 +164,11 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
                     timeout=t)
 
         def learn(duration: float, mode: str = "sync") -> float:
-            return _rate([ray.get(learner.run.remote(duration, mode), timeout=t)])
+            return rc.rate([ray.get(learner.run.remote(duration, mode), timeout=t)])
 
         s = rc.rounds(learn, sizes.rounds, sizes.duration)
         d = rc.rounds(lambda dt: learn(dt, "dataset"), sizes.rounds, sizes.duration)
-        tw: list[float] = []
-
-        def together(duration: float) -> float:
-            refs = [wr.run.remote(duration) for wr in writers]
-            lref = learner.run.remote(duration)
-            tw.append(_rate(ray.get(refs, timeout=t)))
-            return _rate([ray.get(lref, timeout=t)])
-
-        ts = rc.rounds(together, sizes.rounds, sizes.duration)
-        tw = tw[1:]  # not the warm-up round
+        tw, ts = rc.together(writers, learner, sizes.rounds, sizes.duration, t)
     finally:
         rc.kill(*actors)
         srv.close()
@@ -227,7 +216,7 @@ def atari(cluster: rc.Cluster, sizes: Sizes, compressible: bool) -> Row:
         ray.get(learner.ready.remote(), timeout=t)
 
         def learn(duration: float) -> float:
-            return _rate([ray.get(learner.run.remote(duration), timeout=t)])
+            return rc.rate([ray.get(learner.run.remote(duration), timeout=t)])
 
         values = rc.rounds(learn, sizes.rounds, sizes.duration)
     finally:
@@ -273,7 +262,7 @@ def same_node(cluster: rc.Cluster, sizes: Sizes) -> list[Row]:
             w = _remote(StepWriter, node, cl, rc.small_batch(sizes.batch, 10))
             try:
                 values = rc.rounds(
-                    lambda dt, w=w: _rate([ray.get(w.run.remote(dt), timeout=t)]),
+                    lambda dt, w=w: rc.rate([ray.get(w.run.remote(dt), timeout=t)]),
                     sizes.rounds, sizes.duration)
             finally:
                 rc.kill(w)

@@ -20,16 +20,8 @@ frray = pytest.importorskip("fastreplay.ray")
 ALPHA = 0.6
 
 
-def _per(
-    name: str = "replay", max_size: int = 10_000, min_size: int = 1
-) -> reverb.Table:
-    return reverb.Table(
-        name,
-        reverb.selectors.Prioritized(ALPHA),
-        reverb.selectors.Fifo(),
-        max_size,
-        reverb.rate_limiters.MinSize(min_size),
-    )
+def _per(name: str = "replay", max_size: int = 10_000) -> reverb.Table:
+    return _table(name, reverb.selectors.Prioritized(ALPHA), max_size)
 
 
 def _write(
@@ -44,16 +36,15 @@ def _write(
             )
 
 
+def _table(name: str, sampler: Any, max_size: int, min_size: int = 1) -> reverb.Table:
+    return reverb.Table(name, sampler, reverb.selectors.Fifo(), max_size,
+                        reverb.rate_limiters.MinSize(min_size))
+
+
 @pytest.fixture(scope="module")
 def two(ray_session: Any) -> Any:
     """Two shards of a PER table and a FIFO table, one per node."""
-    fifo = reverb.Table(
-        "fifo",
-        reverb.selectors.Fifo(),
-        reverb.selectors.Fifo(),
-        1000,
-        reverb.rate_limiters.MinSize(1),
-    )
+    fifo = _table("fifo", reverb.selectors.Fifo(), 1000)
     server = frray.ShardedServer([_per(), fifo], num_shards=2, placement="spread")
     server.wait_ready(timeout=120)
     yield server
@@ -142,13 +133,7 @@ def test_server_info_sums_the_shards(two: Any) -> None:
 
 def test_writer_actors_write_exactly_once(ray_session: Any) -> None:
     ray = ray_session
-    table = reverb.Table(
-        "u",
-        reverb.selectors.Uniform(),
-        reverb.selectors.Fifo(),
-        10_000,
-        reverb.rate_limiters.MinSize(1),
-    )
+    table = _table("u", reverb.selectors.Uniform(), 10_000)
     with frray.ShardedServer([table], num_shards=2) as server:
         client = server.client()
 
@@ -250,8 +235,7 @@ def test_require_all_shards_and_bad_arguments(two: Any) -> None:
 
 
 def test_named_server_connect_insert_structured_and_dataset(ray_session: Any) -> None:
-    table = reverb.Table("n", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
-                         reverb.rate_limiters.MinSize(2))
+    table = _table("n", reverb.selectors.Uniform(), 1000, min_size=2)
     with frray.ShardedServer([table], num_shards=2, name="fr-test-named") as server:
         server.wait_ready(timeout=120)
         client = frray.connect("fr-test-named", timeout=30)
