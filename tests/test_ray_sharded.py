@@ -258,3 +258,19 @@ def test_named_server_connect_insert_structured_and_dataset(ray_session: Any) ->
                 np.testing.assert_allclose(sinfo.probability, 1 / 6)
     with pytest.raises(reverb.errors.UnavailableError):
         frray.connect("fr-test-no-such-server", timeout=0.5)
+
+
+def test_shards_checkpoint_periodically(ray_session: Any, tmp_path: Any) -> None:
+    with frray.ShardedServer([_per("p")], num_shards=2, checkpoint_dir=str(tmp_path),
+                             checkpoint_every_s=0.5) as server:
+        server.wait_ready(timeout=120)
+        client = server.client()
+        _write(client, 0, range(3), table="p")
+        deadline = time.monotonic() + 60
+        found: list[Any] = []
+        while time.monotonic() < deadline:
+            found = sorted(tmp_path.glob("shard-*/2*"))
+            if {p.parent.name for p in found} == {"shard-0", "shard-1"}:
+                break
+            time.sleep(0.2)
+        assert {p.parent.name for p in found} == {"shard-0", "shard-1"}

@@ -122,7 +122,6 @@ class Shard:
         from fastreplay.ray._link import LinkHost
 
         self._index = index
-        self._num_shards = num_shards
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
         self._restarts = _count_start(str(ctx.get_actor_id()))
