@@ -464,3 +464,32 @@ cdef extern from "structured.h" nogil:
     int fr_sw_evaluate(fr_sw *s, int end_episode, int64_t *created,
                        int32_t *bad_config)
     void fr_sw_end_episode(fr_sw *s)
+
+
+cdef extern from "ring.h" nogil:
+    enum:
+        FR_RING_MOVED
+    ctypedef struct fr_ring:
+        pass
+    ctypedef struct fr_ring_stats:
+        int64_t size, capacity
+        uint64_t next_key
+        int64_t inserts, samples, updates, unique_samples
+        int64_t sample_stalls, sample_stall_ns
+    fr_ring *fr_ring_new(int64_t capacity, int32_t n_cols, const int64_t *row_bytes,
+                         int prioritized, double exponent, uint64_t first_key,
+                         uint64_t seed)
+    void fr_ring_free(fr_ring *r)
+    int fr_ring_add(fr_ring *r, int64_t n, const void *const *cols,
+                    const int64_t *strides, const double *prios, double priority,
+                    uint64_t *key, int64_t *bad)
+    int fr_ring_sample(fr_ring *r, int64_t n, int64_t min_size, int64_t timeout_ns,
+                       void *const *outs, uint64_t *keys, double *probs, double *prios,
+                       int64_t *size)
+    int fr_ring_update(fr_ring *r, int64_t n, const uint64_t *keys, const double *prios,
+                       int64_t *bad)
+    int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
+                     uint64_t *keys, double *prios, int64_t *times)
+    void fr_ring_close(fr_ring *r)
+    void fr_ring_seal(fr_ring *r)
+    void fr_ring_stats_get(fr_ring *r, fr_ring_stats *out)
