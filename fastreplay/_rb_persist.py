@@ -68,10 +68,11 @@ def config_of(*, capacity: int, alpha: float | None, min_size: int,
     }
 
 
-def _state(rb: ReplayBuffer) -> dict[str, Any]:
+def _state(rb: ReplayBuffer, next_key: int) -> dict[str, Any]:
     """The buffer's own state, read after its items were exported (keys
     taken since are beyond every saved item's)."""
     key, chunk_key = rb._keys.reserve(0, 0)
+    key = max(key, next_key)
     config = dict(rb._config)
     config.update(capacity=int(config["capacity"]), min_size=int(config["min_size"]),
                   alpha=None if config["alpha"] is None else float(config["alpha"]))
@@ -105,7 +106,8 @@ def save(rb: ReplayBuffer, path: str | os.PathLike[str]) -> str:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{base}.incomplete-", dir=parent)
     try:
-        write_checkpoint(tmp, {TABLE: rb._table}, lambda: _state(rb))
+        table, next_key = rb._saved_table()
+        write_checkpoint(tmp, {TABLE: table}, lambda: _state(rb, next_key))
         if os.path.lexists(final):  # an earlier save: replaced as a whole
             old = f"{tmp}.old"
             os.rename(final, old)
@@ -200,6 +202,7 @@ def load(cls: type[ReplayBuffer], path: str | os.PathLike[str],
     config = state["config"]
     try:
         rb = cls(**config, seed=seed, spec=_spec_arg(state["layout"], where))
+        rb._to_table()  # a loaded buffer keeps its transitions in the table
     except (TypeError, ValueError) as exc:
         raise _bad(where, f"config: {exc}") from exc
     fields, specs = state.get("fields"), state.get("specs")
@@ -276,7 +279,8 @@ def transitions(rb: ReplayBuffer) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every stored transition's columns (oldest first) and priorities:
     the items are put into a scratch FIFO table sampled once each, which
     gathers them as ``sample`` does (also frame streams)."""
-    items, chunks = _core.export_items(rb._table._core)
+    table, _ = rb._saved_table()
+    items, chunks = _core.export_items(table._core)
     items = [it for it in items if it[3] is not None]
     if not items or rb._fields is None:
         return {}, np.zeros(0)

@@ -142,8 +142,9 @@ cdef class Ring:
         cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
         cdef const double[::1] pv = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
         if kv.shape[0] != pv.shape[0]:
-            raise ValueError(f"{kv.shape[0]} keys but {pv.shape[0]} priorities "
-                             f"(table '{self.name}')")
+            raise ValueError(f"update keys and priorities differ in length "
+                             f"({kv.shape[0]} != {pv.shape[0]}) (table '{self.name}'): "
+                             "pass one priority per key")
         if kv.shape[0] == 0:
             return True
         cdef int64_t bad = -1

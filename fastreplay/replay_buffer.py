@@ -21,7 +21,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from fastreplay import _core, _rb_persist, errors, rate_limiters, selectors
+from fastreplay import _core, _rb_persist, _rb_ring, errors, rate_limiters, selectors
 from fastreplay._frames import FrameFields, field_names
 from fastreplay._nstep import nstep_from_args
 from fastreplay._rb_fields import (
@@ -34,7 +34,7 @@ from fastreplay._rb_fields import (
     rows_error,
 )
 from fastreplay.chunkers import compression_mode
-from fastreplay.table import Table, TableInfo
+from fastreplay.table import Table, TableInfo, key_array
 
 __all__ = ["ReplayBuffer"]
 
@@ -128,6 +128,11 @@ class ReplayBuffer:
         self._table = Table("replay_buffer", sampler, selectors.Fifo(), capacity,
                             rate_limiters.MinSize(min_size), seed=seed)
         self._prioritized = alpha is not None
+        self._alpha = 1.0 if alpha is None else float(alpha)
+        self._seed = secrets.randbits(64) if seed is None else seed % 2**64
+        #: the ring form (_rb_ring) while the buffer is in it, else None
+        self._ring: _core.Ring | None = None
+        self._table_only = False  # once the table was handed out
         self._store = _core.ChunkStore()
         self._fields: list[str] | None = None
         self._specs: list[tuple[Any, ...]] | None = None
@@ -176,6 +181,7 @@ class ReplayBuffer:
             self._fields = names
             self._specs = [leaves[k] for k in names]
             self._set_plan(names, [np.zeros(shape, dt) for dt, shape in self._specs])
+            self._start_ring()
         return layout
 
     def _mode(self, name: str) -> int:
@@ -193,6 +199,63 @@ class ReplayBuffer:
         self._paths, self._field_set = paths, set(names)
         self._plan = _core.RowPlan(paths, rows, modes)
 
+    def _start_ring(self) -> None:
+        """Take the ring form if the fields fit it and nothing is stored."""
+        specs, names = self._specs, self._fields
+        if (self._frames is not None or specs is None or names is None
+                or self._table_only or len(self._table) or self._ring is not None):
+            return
+        if not _rb_ring.fits(specs, [self._mode(k) for k in names]):
+            return
+        first_key, _ = self._keys.reserve(0, 0)
+        self._ring_first = first_key
+        self._ring = _core.Ring(
+            "replay_buffer", self.capacity, self._plan, [dt for dt, _ in specs],
+            [shape for _, shape in specs], self._prioritized, self._alpha,
+            first_key, self._seed)
+
+    def _ring_add(self, values: list[Any], prios: Any, default: float,
+                  batched: bool) -> bool:
+        """Add through the ring: True when added, False when the values are
+        not the ring's rows; waits for and leaves the ring form when it has
+        moved to the table (then False as well)."""
+        ring = self._ring
+        if ring is None:
+            return False
+        key = ring.add(self._paths, values, prios, default, batched)
+        if key == -_core.RING_MOVED:
+            with self._lock:  # until the move is complete
+                pass
+            return False
+        return key >= 0
+
+    def _to_table(self) -> None:
+        """Leave the ring form for good: move the transitions into the
+        table."""
+        with self._lock:
+            self._table_only = True
+            ring = self._ring
+            if ring is None:
+                return
+            ring.seal()
+            _rb_ring.fill_table(ring, self._table._core, self._store, self._keys,
+                                self._paths, [self._mode(k) for k in self._fields or ()],
+                                _KEEP_ALIVE)
+            self._keys.reserve(ring.stats()["next_key"] - self._ring_first, 0)
+            self._ring = None
+
+    def _saved_table(self) -> tuple[Table, int]:
+        """The table ``save`` writes and the next item key: in the ring
+        form a new table filled with the ring's transitions."""
+        ring = self._ring
+        if ring is None:
+            return self._table, self._keys.reserve(0, 0)[0]
+        table = self._table.replace(rate_limiter=rate_limiters.MinSize(
+            self._config["min_size"]))
+        _rb_ring.fill_table(ring, table._core, self._store, self._keys, self._paths,
+                            [self._mode(k) for k in self._fields or ()], _KEEP_ALIVE)
+        return table, int(ring.stats()["next_key"])
+
     def _retry_row(self, transition: dict[str, Any], prio: float) -> bool:
         """``add``'s compiled path after converting to the declared specs
         (False: the general path reports what does not fit)."""
@@ -202,30 +265,40 @@ class ReplayBuffer:
             return False
         names = self._fields
         assert names is not None
+        if self._ring_add([values[k] for k in names], None, prio, False):
+            return True
         return bool(_core.insert_row(self._table._core, self._store, self._plan,
                                      self._keys, self._paths,
                                      [values[k] for k in names], prio))
 
     @property
     def capacity(self) -> int:
-        return self._table.info.max_size
+        return self._table._max_size
 
     @property
     def table(self) -> Table:
+        """The buffer's table (a buffer in the ring form moves into it
+        first, and stays there)."""
+        self._to_table()
         return self._table
 
     @property
     def chunk_store(self) -> _core.ChunkStore:
         """The store of this buffer's chunks (``stats()``: stored and raw
-        bytes)."""
+        bytes; a buffer in the ring form moves into its table first)."""
+        self._to_table()
         return self._store
 
     @property
     def info(self) -> TableInfo:
+        ring = self._ring
+        if ring is not None:
+            return self._table.info_from(_rb_ring.table_stats(ring))
         return self._table.info
 
     def __len__(self) -> int:
-        return len(self._table)
+        ring = self._ring
+        return len(ring) if ring is not None else len(self._table)
 
     def add(self, *, priority: float | None = None, **transition: Any) -> None:
         """Add one transition: ``add(obs=o, action=a, reward=r, ...)``.
@@ -252,8 +325,9 @@ class ReplayBuffer:
                 # first insert's specs (anything else takes the general path).
                 prio = (float(priority) if priority is not None else
                         self._max_priority if self._prioritized else 1.0)
-                if _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                    self._paths, values, prio):
+                if self._ring_add(values, None, prio, False) or (
+                        self._ring is None and _core.insert_row(self._table._core, self._store, plan, self._keys,
+                                    self._paths, values, prio)):
                     if priority is not None:
                         self._max_priority = max(self._max_priority, prio)
                     return
@@ -295,10 +369,13 @@ class ReplayBuffer:
                 # insert's specs in C (anything else takes the general path).
                 prios = (None if priorities is None else
                          np.asarray(priorities, dtype=np.float64).reshape(-1))
-                done = _core.insert_batch(
-                    self._table._core, self._store, plan, self._keys, self._paths,
-                    [transitions[k] for k in names], prios,
-                    self._max_priority if self._prioritized else 1.0, timeout)
+                default = self._max_priority if self._prioritized else 1.0
+                done = 1 if self._ring_add([transitions[k] for k in names], prios,
+                                           default, True) else -1
+                if done < 0 and self._ring is None:
+                    done = _core.insert_batch(
+                        self._table._core, self._store, plan, self._keys, self._paths,
+                        [transitions[k] for k in names], prios, default, timeout)
                 if done >= 0:
                     if prios is not None and len(prios):
                         self._max_priority = max(self._max_priority, float(prios.max()))
@@ -324,27 +401,31 @@ class ReplayBuffer:
                 prios = np.full(n, self._max_priority if self._prioritized else 1.0)
             else:
                 prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            with self._lock:  # keys and chunk keys stay unique across threads
-                key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
-                keys = np.arange(key, key + n, dtype=np.uint64)
+            with self._lock:
                 first = self._fields is None
                 if first:  # set before rows can be sampled; undone if none land
                     self._fields, self._specs = names, specs
                     layout.learn({k: fpaths[k] for k in names})
-            paths = [repr(layout.paths.get(k, (k,))) for k in names]
-            modes = [self._mode(k) for k in names]
+                    if n and self._plan is None:  # add's compiled path from now on
+                        self._set_plan(names, [v[0] for v in values])
+                        self._start_ring()
             try:
-                done = _core.insert_rows(self._table._core, self._store, paths, values,
-                                         keys, prios, chunk_key, timeout, _KEEP_ALIVE,
-                                         None, modes)
+                if any(len(v) != n for v in values):
+                    raise ValueError("rows != number of environments")  # rows_error
+                if len(prios) != n:
+                    raise ValueError(f"add_batch: {len(prios)} priorities for {n} "
+                                     "transitions; give one per transition")
+                if not (self._ring is not None and self._ring_add(
+                        [np.ascontiguousarray(v) for v in values], prios, 1.0, True)):
+                    if self._ring is not None:  # never: values are the plan's rows
+                        raise errors.InternalError("ReplayBuffer: rows refused by its ring")
+                    self._insert_rows(names, values, prios, timeout)
             except BaseException:
                 with self._lock:
-                    if first and len(self._table) == 0:
-                        self._fields = self._specs = None
+                    if first and len(self) == 0:
+                        self._fields = self._specs = self._plan = self._ring = None
                         layout.learn({})
                 raise
-            if first and done and self._plan is None:  # add's compiled path from now on
-                self._set_plan(names, [v[0] for v in values])
             # Only a successful insert raises the default priority.
             if priorities is not None and len(prios):
                 self._max_priority = max(self._max_priority, float(prios.max()))
@@ -352,6 +433,17 @@ class ReplayBuffer:
             raise priority_error(exc) from None
         except ValueError as exc:
             raise rows_error(exc, transitions) from None
+
+    def _insert_rows(self, names: list[str], values: list[Any], prios: Any,
+                     timeout: float | None) -> None:
+        """add_batch's general path into the table."""
+        n = len(prios)
+        with self._lock:  # keys and chunk keys stay unique across threads
+            key, chunk_key = self._keys.reserve(n, len(names) * n)  # one per chunk
+        paths = [repr(self._layout.paths.get(k, (k,))) for k in names]
+        _core.insert_rows(self._table._core, self._store, paths, values,
+                          np.arange(key, key + n, dtype=np.uint64), prios, chunk_key,
+                          timeout, _KEEP_ALIVE, None, [self._mode(k) for k in names])
 
     def _add_frames(self, priorities: npt.ArrayLike | None, timeout: float | None,
                     transitions: dict[str, Any]) -> None:
@@ -424,13 +516,23 @@ class ReplayBuffer:
         if type(batch_size) is not int or batch_size < 1:
             batch_size = _positive("batch_size", batch_size, "rb.sample(256)")
         n = self._table._num_samples(batch_size)
-        if timeout == 0 and not self._table._core.can_sample(n):
+        if timeout == 0 and not self._can_sample(n):
             raise errors.FailedPreconditionError(
                 f"ReplayBuffer.sample: {len(self)} transitions stored, fewer than "
                 f"min_size={self._config['min_size']}; add more first, or pass "
                 "timeout= (seconds, None: forever) to wait for other threads to add")
-        keys, probs, prios, times, sizes, columns, *_ = self._table._core.sample_batch(
-            n, timeout)
+        ring = self._ring
+        got = None
+        if ring is not None:
+            got = ring.sample(n, self._config["min_size"], timeout)
+            if got is None:  # moved to the table: sample there once it is filled
+                with self._lock:
+                    pass
+        if got is not None:
+            keys, probs, _, sizes, columns = got
+        else:
+            keys, probs, _, _, sizes, columns, *_ = self._table._core.sample_batch(
+                n, timeout)
         assert self._fields is not None
         out: dict[str, Any] = dict(zip(self._fields, columns, strict=False))
         if self._layout.nested:
@@ -444,12 +546,24 @@ class ReplayBuffer:
             out["weights"] = np.ones(len(keys), np.float32)
         return out
 
+    def _can_sample(self, n: int) -> bool:
+        ring = self._ring
+        if ring is not None:
+            return len(ring) >= max(1, self._config["min_size"])
+        return bool(self._table._core.can_sample(n))
+
     def update_priorities(self, indexes: npt.ArrayLike, priorities: npt.ArrayLike
                           ) -> None:
         """Set new priorities; keys of transitions already evicted are ignored."""
         try:
             prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            self._table.update_priorities(indexes, prios)
+            ring = self._ring
+            if ring is None or not ring.update(key_array("replay_buffer", indexes),
+                                               prios):
+                if ring is not None:  # moved to the table: update it once filled
+                    with self._lock:
+                        pass
+                self._table.update_priorities(indexes, prios)
             if len(prios):
                 self._max_priority = max(self._max_priority, float(prios.max()))
         except errors.InvalidPriorityError as exc:

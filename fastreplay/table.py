@@ -336,7 +336,12 @@ class Table:
     @property
     def info(self) -> TableInfo:
         """Reverb's ``TableInfo`` of this table (a snapshot)."""
-        s = self._core.stats()
+        return self.info_from(self._core.stats())
+
+    def info_from(self, s: Mapping[str, int]) -> TableInfo:
+        """``TableInfo`` of this table's configuration with the counters
+        ``s`` (the form of ``TableCore.stats()``): for storage that keeps
+        the table's items elsewhere (``ReplayBuffer``'s ring form)."""
         limiter = self._rate_limiter
         return TableInfo(
             name=self._name,

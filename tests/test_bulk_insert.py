@@ -130,6 +130,7 @@ def test_add_batch_with_evictions_matches_the_oracle(
 
 def test_evicted_rows_release_their_chunks() -> None:
     rb = ReplayBuffer(1000, alpha=0.6, seed=0)
+    assert len(rb.table) == 0  # the table form (small raw rows start in a ring)
     for lo in range(0, 10_000, 256):  # raw rows: one chunk per field per batch
         n = min(256, 10_000 - lo)
         rb.add_batch(obs=np.zeros((n, 8), np.float32), act=np.arange(lo, lo + n))
@@ -137,7 +138,7 @@ def test_evicted_rows_release_their_chunks() -> None:
     # The batches overlapping the last 1000 rows (9000..9999) stay, no more.
     first = 9000 // 256 * 256
     want = 2 * len(range(first, 10_000, 256))
-    assert rb._store.stats()["live_chunks"] == want
+    assert rb.chunk_store.stats()["live_chunks"] == want
     batch = rb.sample(500)
     assert batch["act"].min() >= 9000
     np.testing.assert_array_equal(batch["act"], batch["indexes"].astype(np.int64))
@@ -167,13 +168,13 @@ def test_invalid_priority_mid_batch_inserts_nothing(bad: float, compiled: bool) 
     rb.add_batch(x=np.arange(40))  # the first insert fixes the compiled plan
     if not compiled:
         rb._plan = None
-    before, chunks = table_state(rb), rb._store.stats()["live_chunks"]
+    before, chunks = table_state(rb), rb.chunk_store.stats()["live_chunks"]
     prios = np.ones(30)
     prios[17] = bad
     with pytest.raises(InvalidPriorityError):
         rb.add_batch(x=np.arange(40, 70), priorities=prios)
     assert table_state(rb) == before
-    assert rb._store.stats()["live_chunks"] == chunks
+    assert rb.chunk_store.stats()["live_chunks"] == chunks
     rb.add_batch(x=np.arange(40, 70))  # still works, evicting as before
     keys = [k for k, _ in table_state(rb)]
     assert keys[:20] == list(range(20, 40)) and len(keys) == 50
@@ -233,7 +234,7 @@ def transitions(n: int, lo: int = 0) -> dict[str, np.ndarray]:
 def same_buffers(a: ReplayBuffer, b: ReplayBuffer) -> None:
     assert table_state(a) == table_state(b)
     for key in ("stored_bytes", "raw_bytes", "live_chunks"):
-        assert a._store.stats()[key] == b._store.stats()[key], key
+        assert a.chunk_store.stats()[key] == b.chunk_store.stats()[key], key
     sa, sb = a.sample(100), b.sample(100)
     for k in sa:
         np.testing.assert_array_equal(sa[k], sb[k])
@@ -287,7 +288,7 @@ def test_raw_image_rows_are_cut_into_bounded_chunks() -> None:
     rb.add_batch(obs=frames, rid=np.arange(n))
     rows_per_chunk = (1 << 20) // (84 * 84)
     want = -(-n // rows_per_chunk) + 1  # obs chunks, and one for rid
-    assert rb._store.stats()["live_chunks"] == want
+    assert rb.chunk_store.stats()["live_chunks"] == want
     batch = rb.sample(300)
     np.testing.assert_array_equal(batch["obs"][:, 0, 0], batch["rid"].astype(np.uint8))
 

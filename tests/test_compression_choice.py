@@ -30,7 +30,7 @@ def fill(rb: reverb.ReplayBuffer) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stats(rb: reverb.ReplayBuffer) -> dict[str, int]:
-    return rb._store.stats()  # noqa: SLF001 - the buffer's own chunk store
+    return rb.chunk_store.stats()
 
 
 @pytest.mark.parametrize("compression", ["auto", "lz4", None,
