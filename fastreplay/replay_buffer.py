@@ -15,6 +15,7 @@ import operator
 import os
 import secrets
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -523,6 +524,7 @@ class ReplayBuffer:
                 "timeout= (seconds, None: forever) to wait for other threads to add")
         ring = self._ring
         got = None
+        start = time.monotonic()
         if ring is not None:
             got = ring.sample(n, self._config["min_size"], timeout)
             if got is None:  # moved to the table: sample there once it is filled
@@ -531,6 +533,8 @@ class ReplayBuffer:
         if got is not None:
             keys, probs, _, sizes, columns = got
         else:
+            if ring is not None and timeout:  # the time left of the wait
+                timeout = max(0.0, timeout - (time.monotonic() - start))
             keys, probs, _, _, sizes, columns, *_ = self._table._core.sample_batch(
                 n, timeout)
         assert self._fields is not None
