@@ -30,7 +30,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastreplay import _checkpoint_load, _core, errors, rate_limiters, selectors
+from fastreplay import (
+    _checkpoint_load,
+    _core,
+    _rb_ring,
+    errors,
+    rate_limiters,
+    selectors,
+)
 from fastreplay._frames import field_names
 from fastreplay._rb_fields import SEP, convert
 from fastreplay.checkpointers import _fsync_dir, _is_ours, write_checkpoint
@@ -106,7 +113,7 @@ def save(rb: ReplayBuffer, path: str | os.PathLike[str]) -> str:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{base}.incomplete-", dir=parent)
     try:
-        table, next_key = rb._saved_table()
+        table, next_key = _rb_ring.saved_table(rb)
         write_checkpoint(tmp, {TABLE: table}, lambda: _state(rb, next_key))
         if os.path.lexists(final):  # an earlier save: replaced as a whole
             old = f"{tmp}.old"
@@ -202,7 +209,7 @@ def load(cls: type[ReplayBuffer], path: str | os.PathLike[str],
     config = state["config"]
     try:
         rb = cls(**config, seed=seed, spec=_spec_arg(state["layout"], where))
-        rb._to_table()  # a loaded buffer keeps its transitions in the table
+        _rb_ring.to_table(rb)  # a loaded buffer keeps its transitions in the table
     except (TypeError, ValueError) as exc:
         raise _bad(where, f"config: {exc}") from exc
     fields, specs = state.get("fields"), state.get("specs")
@@ -279,7 +286,7 @@ def transitions(rb: ReplayBuffer) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every stored transition's columns (oldest first) and priorities:
     the items are put into a scratch FIFO table sampled once each, which
     gathers them as ``sample`` does (also frame streams)."""
-    table, _ = rb._saved_table()
+    table, _ = _rb_ring.saved_table(rb)
     items, chunks = _core.export_items(table._core)
     items = [it for it in items if it[3] is not None]
     if not items or rb._fields is None:

@@ -16,11 +16,15 @@ table filled the same way without leaving the ring (``snapshot``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastreplay import _core
+from fastreplay import _core, rate_limiters
+
+if TYPE_CHECKING:
+    from fastreplay.replay_buffer import ReplayBuffer
+    from fastreplay.table import Table
 
 #: Rows of at least this many bytes are LZ4-compressed under 'auto'
 #: (csrc/column.h, fr_should_compress), so they are not ring rows.
@@ -81,3 +85,68 @@ def fill_table(ring: _core.Ring, table_core: Any, store: _core.ChunkStore,
     s = table_stats(ring)
     _core.restore_counters(table_core, s["rl_inserts"], s["rl_samples"],
                            s["rl_deletes"], s)
+
+
+def start(rb: ReplayBuffer) -> None:
+    """Put ``rb`` in the ring form if its fields fit and nothing is stored
+    (the first insert, or a declared spec)."""
+    specs, names = rb._specs, rb._fields
+    if (rb._frames is not None or specs is None or names is None
+            or rb._table_only or len(rb._table) or rb._ring is not None):
+        return
+    if not fits(specs, [rb._mode(k) for k in names]):
+        return
+    first_key, _ = rb._keys.reserve(0, 0)
+    rb._ring_first = first_key
+    rb._ring = _core.Ring(
+        "replay_buffer", rb.capacity, rb._plan, [dt for dt, _ in specs],
+        [shape for _, shape in specs], rb._prioritized, rb._alpha, first_key, rb._seed)
+
+
+def add(rb: ReplayBuffer, values: list[Any], prios: Any, default: float,
+        batched: bool) -> bool:
+    """Add through ``rb``'s ring: True when added; False when it has none,
+    when the values are not its rows, or when it has moved to the table
+    (after waiting for the move to complete)."""
+    ring = rb._ring
+    if ring is None:
+        return False
+    key = ring.add(rb._paths, values, prios, default, batched)
+    if key == -_core.RING_MOVED:
+        with rb._lock:  # until the move is complete
+            pass
+        return False
+    return bool(key >= 0)
+
+
+def to_table(rb: ReplayBuffer) -> None:
+    """Leave the ring form for good: move the transitions into the table
+    (samplers waiting on the ring go on waiting on the table)."""
+    with rb._lock:
+        rb._table_only = True
+        ring = rb._ring
+        if ring is None:
+            return
+        ring.seal()
+        _fill(rb, ring, rb._table)
+        rb._keys.reserve(ring.stats()["next_key"] - rb._ring_first, 0)
+        rb._ring = None
+
+
+def saved_table(rb: ReplayBuffer) -> tuple[Table, int]:
+    """The table ``save`` writes and the next item key: in the ring form a
+    new table filled with the ring's transitions (the buffer stays)."""
+    ring = rb._ring
+    if ring is None:
+        return rb._table, int(rb._keys.reserve(0, 0)[0])
+    table = rb._table.replace(rate_limiter=rate_limiters.MinSize(
+        rb._config["min_size"]))
+    _fill(rb, ring, table)
+    return table, int(ring.stats()["next_key"])
+
+
+def _fill(rb: ReplayBuffer, ring: _core.Ring, table: Table) -> None:
+    from fastreplay.replay_buffer import _KEEP_ALIVE
+
+    fill_table(ring, table._core, rb._store, rb._keys, rb._paths,
+               [rb._mode(k) for k in rb._fields or ()], _KEEP_ALIVE)

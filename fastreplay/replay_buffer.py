@@ -134,6 +134,7 @@ class ReplayBuffer:
         #: the ring form (_rb_ring) while the buffer is in it, else None
         self._ring: _core.Ring | None = None
         self._table_only = False  # once the table was handed out
+        self._ring_first = 0  # the ring's first key
         self._store = _core.ChunkStore()
         self._fields: list[str] | None = None
         self._specs: list[tuple[Any, ...]] | None = None
@@ -182,7 +183,7 @@ class ReplayBuffer:
             self._fields = names
             self._specs = [leaves[k] for k in names]
             self._set_plan(names, [np.zeros(shape, dt) for dt, shape in self._specs])
-            self._start_ring()
+            _rb_ring.start(self)
         return layout
 
     def _mode(self, name: str) -> int:
@@ -200,63 +201,6 @@ class ReplayBuffer:
         self._paths, self._field_set = paths, set(names)
         self._plan = _core.RowPlan(paths, rows, modes)
 
-    def _start_ring(self) -> None:
-        """Take the ring form if the fields fit it and nothing is stored."""
-        specs, names = self._specs, self._fields
-        if (self._frames is not None or specs is None or names is None
-                or self._table_only or len(self._table) or self._ring is not None):
-            return
-        if not _rb_ring.fits(specs, [self._mode(k) for k in names]):
-            return
-        first_key, _ = self._keys.reserve(0, 0)
-        self._ring_first = first_key
-        self._ring = _core.Ring(
-            "replay_buffer", self.capacity, self._plan, [dt for dt, _ in specs],
-            [shape for _, shape in specs], self._prioritized, self._alpha,
-            first_key, self._seed)
-
-    def _ring_add(self, values: list[Any], prios: Any, default: float,
-                  batched: bool) -> bool:
-        """Add through the ring: True when added, False when the values are
-        not the ring's rows; waits for and leaves the ring form when it has
-        moved to the table (then False as well)."""
-        ring = self._ring
-        if ring is None:
-            return False
-        key = ring.add(self._paths, values, prios, default, batched)
-        if key == -_core.RING_MOVED:
-            with self._lock:  # until the move is complete
-                pass
-            return False
-        return key >= 0
-
-    def _to_table(self) -> None:
-        """Leave the ring form for good: move the transitions into the
-        table."""
-        with self._lock:
-            self._table_only = True
-            ring = self._ring
-            if ring is None:
-                return
-            ring.seal()
-            _rb_ring.fill_table(ring, self._table._core, self._store, self._keys,
-                                self._paths, [self._mode(k) for k in self._fields or ()],
-                                _KEEP_ALIVE)
-            self._keys.reserve(ring.stats()["next_key"] - self._ring_first, 0)
-            self._ring = None
-
-    def _saved_table(self) -> tuple[Table, int]:
-        """The table ``save`` writes and the next item key: in the ring
-        form a new table filled with the ring's transitions."""
-        ring = self._ring
-        if ring is None:
-            return self._table, self._keys.reserve(0, 0)[0]
-        table = self._table.replace(rate_limiter=rate_limiters.MinSize(
-            self._config["min_size"]))
-        _rb_ring.fill_table(ring, table._core, self._store, self._keys, self._paths,
-                            [self._mode(k) for k in self._fields or ()], _KEEP_ALIVE)
-        return table, int(ring.stats()["next_key"])
-
     def _retry_row(self, transition: dict[str, Any], prio: float) -> bool:
         """``add``'s compiled path after converting to the declared specs
         (False: the general path reports what does not fit)."""
@@ -266,7 +210,7 @@ class ReplayBuffer:
             return False
         names = self._fields
         assert names is not None
-        if self._ring_add([values[k] for k in names], None, prio, False):
+        if _rb_ring.add(self, [values[k] for k in names], None, prio, False):
             return True
         return bool(_core.insert_row(self._table._core, self._store, self._plan,
                                      self._keys, self._paths,
@@ -280,14 +224,14 @@ class ReplayBuffer:
     def table(self) -> Table:
         """The buffer's table (a buffer in the ring form moves into it
         first, and stays there)."""
-        self._to_table()
+        _rb_ring.to_table(self)
         return self._table
 
     @property
     def chunk_store(self) -> _core.ChunkStore:
         """The store of this buffer's chunks (``stats()``: stored and raw
         bytes; a buffer in the ring form moves into its table first)."""
-        self._to_table()
+        _rb_ring.to_table(self)
         return self._store
 
     @property
@@ -326,9 +270,10 @@ class ReplayBuffer:
                 # first insert's specs (anything else takes the general path).
                 prio = (float(priority) if priority is not None else
                         self._max_priority if self._prioritized else 1.0)
-                if self._ring_add(values, None, prio, False) or (
-                        self._ring is None and _core.insert_row(self._table._core, self._store, plan, self._keys,
-                                    self._paths, values, prio)):
+                if _rb_ring.add(self, values, None, prio, False) or (
+                        self._ring is None and _core.insert_row(
+                            self._table._core, self._store, plan, self._keys,
+                            self._paths, values, prio)):
                     if priority is not None:
                         self._max_priority = max(self._max_priority, prio)
                     return
@@ -371,7 +316,7 @@ class ReplayBuffer:
                 prios = (None if priorities is None else
                          np.asarray(priorities, dtype=np.float64).reshape(-1))
                 default = self._max_priority if self._prioritized else 1.0
-                done = 1 if self._ring_add([transitions[k] for k in names], prios,
+                done = 1 if _rb_ring.add(self, [transitions[k] for k in names], prios,
                                            default, True) else -1
                 if done < 0 and self._ring is None:
                     done = _core.insert_batch(
@@ -409,17 +354,17 @@ class ReplayBuffer:
                     layout.learn({k: fpaths[k] for k in names})
                     if n and self._plan is None:  # add's compiled path from now on
                         self._set_plan(names, [v[0] for v in values])
-                        self._start_ring()
+                        _rb_ring.start(self)
             try:
                 if any(len(v) != n for v in values):
                     raise ValueError("rows != number of environments")  # rows_error
                 if len(prios) != n:
                     raise ValueError(f"add_batch: {len(prios)} priorities for {n} "
                                      "transitions; give one per transition")
-                if not (self._ring is not None and self._ring_add(
-                        [np.ascontiguousarray(v) for v in values], prios, 1.0, True)):
+                values = [np.ascontiguousarray(v) for v in values]
+                if not _rb_ring.add(self, values, prios, 1.0, True):
                     if self._ring is not None:  # never: values are the plan's rows
-                        raise errors.InternalError("ReplayBuffer: rows refused by its ring")
+                        raise errors.InternalError("ReplayBuffer: ring refused rows")
                     self._insert_rows(names, values, prios, timeout)
             except BaseException:
                 with self._lock:
@@ -530,6 +475,7 @@ class ReplayBuffer:
             if got is None:  # moved to the table: sample there once it is filled
                 with self._lock:
                     pass
+        sizes: Any
         if got is not None:
             keys, probs, _, sizes, columns = got
         else:
@@ -553,7 +499,7 @@ class ReplayBuffer:
     def _can_sample(self, n: int) -> bool:
         ring = self._ring
         if ring is not None:
-            return len(ring) >= max(1, self._config["min_size"])
+            return len(ring) >= max(1, int(self._config["min_size"]))
         return bool(self._table._core.can_sample(n))
 
     def update_priorities(self, indexes: npt.ArrayLike, priorities: npt.ArrayLike

@@ -218,7 +218,8 @@ class RingMachine(RuleBasedStateMachine):
         ordered = sorted(self.model.rows.items())
         assert saved["rid"].tolist() == [rid for _, (rid, _) in ordered]
         if self.model.alpha is not None:
-            assert saved[_rb_persist.NPZ_PRIORITIES].tolist() == [p for _, (_, p) in ordered]
+            want = [p for _, (_, p) in ordered]
+            assert saved[_rb_persist.NPZ_PRIORITIES].tolist() == want
 
 
 TestRingMachine = RingMachine.TestCase
