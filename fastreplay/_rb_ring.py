@@ -97,10 +97,14 @@ def start(rb: ReplayBuffer) -> None:
     if not fits(specs, [rb._mode(k) for k in names]):
         return
     first_key, _ = rb._keys.reserve(0, 0)
-    rb._ring_first = first_key
-    rb._ring = _core.Ring(
-        "replay_buffer", rb.capacity, rb._plan, [dt for dt, _ in specs],
-        [shape for _, shape in specs], rb._prioritized, rb._alpha, first_key, rb._seed)
+    try:
+        ring = _core.Ring(
+            "replay_buffer", rb.capacity, rb._plan, [dt for dt, _ in specs],
+            [shape for _, shape in specs], rb._prioritized, rb._alpha, first_key,
+            rb._seed)
+    except MemoryError:  # capacity x record bytes cannot be mapped: the
+        return           # table, which grows as it fills
+    rb._ring_first, rb._ring = first_key, ring
 
 
 def add(rb: ReplayBuffer, values: list[Any], prios: Any, default: float,
