@@ -301,6 +301,24 @@ int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
     return FR_OK;
 }
 
+int fr_ring_restore(fr_ring *r, const fr_ring_stats *st, const int64_t *times,
+                    int64_t n) {
+    pthread_mutex_lock(&r->mu);
+    if (n != r->size) {
+        pthread_mutex_unlock(&r->mu);
+        return FR_EINVAL;
+    }
+    uint64_t oldest = r->next_key - (uint64_t)r->size;
+    for (int64_t i = 0; i < n; i++)
+        HEAD(r, slot_of(r, oldest + (uint64_t)i))->times = times[i];
+    r->st.inserts = st->inserts;
+    r->st.samples = st->samples;
+    r->st.updates = st->updates;
+    r->st.unique_samples = st->unique_samples;
+    pthread_mutex_unlock(&r->mu);
+    return FR_OK;
+}
+
 static void set_flag(fr_ring *r, int *flag) {
     pthread_mutex_lock(&r->mu);
     *flag = 1;

@@ -80,6 +80,12 @@ int fr_ring_update(fr_ring *r, int64_t n, const uint64_t *keys, const double *pr
 int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
                  uint64_t *keys, double *prios, int64_t *times);
 
+/* Restore a loaded buffer's counters: inserts, samples, updates and
+ * unique_samples from *st, and the times sampled of the n stored
+ * transitions, oldest first.  FR_OK, or FR_EINVAL unless n == size. */
+int fr_ring_restore(fr_ring *r, const fr_ring_stats *st, const int64_t *times,
+                    int64_t n);
+
 /* Wake waiting samplers with FR_ECLOSED and refuse later waits. */
 void fr_ring_close(fr_ring *r);
 /* Refuse every later add, sample and update with FR_RING_MOVED (waiting

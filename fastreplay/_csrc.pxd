@@ -490,6 +490,8 @@ cdef extern from "ring.h" nogil:
                        int64_t *bad)
     int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
                      uint64_t *keys, double *prios, int64_t *times)
+    int fr_ring_restore(fr_ring *r, const fr_ring_stats *st, const int64_t *times,
+                        int64_t n)
     void fr_ring_close(fr_ring *r)
     void fr_ring_seal(fr_ring *r)
     void fr_ring_stats_get(fr_ring *r, fr_ring_stats *out)

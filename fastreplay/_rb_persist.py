@@ -35,13 +35,10 @@ from fastreplay import (
     _core,
     _rb_ring,
     errors,
-    rate_limiters,
-    selectors,
 )
 from fastreplay._frames import field_names
 from fastreplay._rb_fields import SEP, convert
 from fastreplay.checkpointers import _fsync_dir, _is_ours, write_checkpoint
-from fastreplay.table import Table
 
 if TYPE_CHECKING:
     from fastreplay.replay_buffer import ReplayBuffer
@@ -209,7 +206,7 @@ def load(cls: type[ReplayBuffer], path: str | os.PathLike[str],
     config = state["config"]
     try:
         rb = cls(**config, seed=seed, spec=_spec_arg(state["layout"], where))
-        _rb_ring.to_table(rb)  # a loaded buffer keeps its transitions in the table
+        _rb_ring.to_table(rb)  # loaded into the table, then maybe a ring
     except (TypeError, ValueError) as exc:
         raise _bad(where, f"config: {exc}") from exc
     fields, specs = state.get("fields"), state.get("specs")
@@ -240,6 +237,7 @@ def load(cls: type[ReplayBuffer], path: str | os.PathLike[str],
         raise _bad(where, "next_key is not beyond the stored keys")
     rb._keys = _core.RowKeys(state["next_key"], state["next_chunk_key"])
     rb._max_priority = state["max_priority"]
+    _rb_ring.from_table(rb)
     return rb
 
 
@@ -283,23 +281,17 @@ def reduce(rb: ReplayBuffer) -> tuple[Any, tuple[Any, ...]]:
 # ----- transitions -----
 
 def transitions(rb: ReplayBuffer) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Every stored transition's columns (oldest first) and priorities:
-    the items are put into a scratch FIFO table sampled once each, which
-    gathers them as ``sample`` does (also frame streams)."""
-    table, _ = _rb_ring.saved_table(rb)
-    items, chunks = _core.export_items(table._core)
-    items = [it for it in items if it[3] is not None]
-    if not items or rb._fields is None:
+    """Every stored transition's columns (oldest first) and priorities."""
+    if rb._fields is None:
         return {}, np.zeros(0)
-    scratch = Table("transitions", selectors.Fifo(), selectors.Lifo(), len(items),
-                    rate_limiters.MinSize(1), max_times_sampled=1)
-    for key, priority, _, columns, sid in items:
-        _core.restore_item(scratch._core, key, priority, 0, columns, chunks, sid)
-    _core.restore_counters(scratch._core, len(items), 0, 0, {})
-    keys, _, prios, _, _, columns, *_ = scratch._core.sample_batch(len(items), 0)
-    want = np.array([it[0] for it in items], dtype=np.uint64)
-    if not np.array_equal(keys, want):  # never: FIFO gives insertion order
-        raise errors.InternalError("save_transitions: items came back out of order")
+    ring = rb._ring
+    if ring is not None:
+        _, prios, _, columns = ring.read(0, len(ring))
+    else:
+        blocks = list(_rb_ring.transition_blocks(rb._table, None))
+        if not blocks:
+            return {}, np.zeros(0)
+        _, prios, _, columns = blocks[0]
     return dict(zip(rb._fields, columns, strict=True)), np.asarray(prios, np.float64)
 
 

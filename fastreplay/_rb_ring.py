@@ -11,7 +11,9 @@ the ring; everything that hands out the table (``table``, ``chunk_store``)
 moves the transitions into it once (``to_table``) and the buffer goes on in
 table form, with the same keys, priorities and counters (not each
 transition's sample count: a table item starts at 0).  ``save`` writes a
-table filled the same way without leaving the ring (``snapshot``).
+table filled the same way without leaving the ring (``saved_table``);
+``load`` reads into the table and moves into a ring when the buffer fits
+(``from_table``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastreplay import _core, rate_limiters
+from fastreplay import _core, errors, rate_limiters, selectors
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from fastreplay.replay_buffer import ReplayBuffer
     from fastreplay.table import Table
 
@@ -90,21 +94,28 @@ def fill_table(ring: _core.Ring, table_core: Any, store: _core.ChunkStore,
 def start(rb: ReplayBuffer) -> None:
     """Put ``rb`` in the ring form if its fields fit and nothing is stored
     (the first insert, or a declared spec)."""
+    if rb._table_only or len(rb._table) or rb._ring is not None:
+        return
+    ring = _new_ring(rb, rb._keys.reserve(0, 0)[0])
+    if ring is not None:
+        rb._ring = ring
+
+
+def _new_ring(rb: ReplayBuffer, first_key: int) -> _core.Ring | None:
+    """A ring for ``rb``'s fields with keys from ``first_key``, or None when
+    they do not fit the ring form or capacity x record bytes cannot be
+    mapped (the table then: it grows as it fills)."""
     specs, names = rb._specs, rb._fields
-    if (rb._frames is not None or specs is None or names is None
-            or rb._table_only or len(rb._table) or rb._ring is not None):
-        return
-    if not fits(specs, [rb._mode(k) for k in names]):
-        return
-    first_key, _ = rb._keys.reserve(0, 0)
+    if (rb._frames is not None or specs is None or names is None or rb._plan is None
+            or not fits(specs, [rb._mode(k) for k in names])):
+        return None
     try:
-        ring = _core.Ring(
+        return _core.Ring(
             "replay_buffer", rb.capacity, rb._plan, [dt for dt, _ in specs],
             [shape for _, shape in specs], rb._prioritized, rb._alpha, first_key,
             rb._seed)
-    except MemoryError:  # capacity x record bytes cannot be mapped: the
-        return           # table, which grows as it fills
-    rb._ring_first, rb._ring = first_key, ring
+    except MemoryError:
+        return None
 
 
 def add(rb: ReplayBuffer, values: list[Any], prios: Any, default: float,
@@ -133,7 +144,8 @@ def to_table(rb: ReplayBuffer) -> None:
             return
         ring.seal()
         _fill(rb, ring, rb._table)
-        rb._keys.reserve(ring.stats()["next_key"] - rb._ring_first, 0)
+        behind = ring.stats()["next_key"] - rb._keys.reserve(0, 0)[0]
+        rb._keys.reserve(max(0, behind), 0)  # keys go on after the ring's
         rb._ring = None
 
 
@@ -154,3 +166,55 @@ def _fill(rb: ReplayBuffer, ring: _core.Ring, table: Table) -> None:
 
     fill_table(ring, table._core, rb._store, rb._keys, rb._paths,
                [rb._mode(k) for k in rb._fields or ()], _KEEP_ALIVE)
+
+
+def transition_blocks(table: Table, block: int | None = _MOVE_ROWS
+                      ) -> Iterator[tuple[Any, Any, Any, list[Any]]]:
+    """``(keys, priorities, times_sampled, columns)`` of the table's items
+    with data, oldest first, ``block`` at a time (None: all at once): each
+    block is put into a scratch FIFO table sampled once per item, which
+    gathers it as ``sample`` does (also frame streams)."""
+    from fastreplay.table import Table
+
+    items, chunks = _core.export_items(table._core)
+    items = [it for it in items if it[3] is not None]
+    step = block or max(1, len(items))
+    for lo in range(0, len(items), step):
+        part = items[lo:lo + step]
+        scratch = Table("transitions", selectors.Fifo(), selectors.Lifo(), len(part),
+                        rate_limiters.MinSize(1), max_times_sampled=1)
+        for key, priority, _, columns, sid in part:
+            _core.restore_item(scratch._core, key, priority, 0, columns, chunks, sid)
+        _core.restore_counters(scratch._core, len(part), 0, 0, {})
+        keys, _, prios, _, _, columns, *_ = scratch._core.sample_batch(len(part), 0)
+        want = np.array([it[0] for it in part], dtype=np.uint64)
+        if not np.array_equal(keys, want):  # never: FIFO gives insertion order
+            raise errors.InternalError("transitions came back out of order")
+        yield keys, prios, np.array([it[2] for it in part], np.int64), columns
+
+
+def from_table(rb: ReplayBuffer) -> None:
+    """After ``load``: move the table's transitions into a ring when the
+    buffer fits the ring form and its keys run on without a gap to the
+    next key (else it stays in the table form)."""
+    if rb._ring is not None:
+        return
+    items = rb._table.items()
+    next_key = int(rb._keys.reserve(0, 0)[0])
+    keys = items["key"].astype(np.uint64)
+    first = next_key - len(keys)
+    if first < 0 or not np.array_equal(keys, np.arange(first, next_key,
+                                                       dtype=np.uint64)):
+        return
+    ring = _new_ring(rb, first)
+    if ring is None:
+        return
+    for block_keys, prios, _, columns in transition_blocks(rb._table):
+        if ring.add(rb._paths, columns, prios, 1.0, True) != int(block_keys[0]):
+            raise errors.InternalError("ReplayBuffer.load: ring keys differ")
+    s = rb._table._core.stats()
+    ring.restore({"inserts": s["num_inserts"], "samples": s["num_samples"],
+                  "updates": s["num_updates"],
+                  "unique_samples": s["num_unique_samples"]}, items["times_sampled"])
+    rb._table.reset()
+    rb._ring, rb._table_only = ring, False

@@ -177,6 +177,22 @@ cdef class Ring:
         _raise_for_status(rc, f"table '{self.name}', rows {first}..{first + n}")
         return keys, prios, times, columns
 
+    def restore(self, dict counters, times) -> None:
+        """A loaded buffer's counters (``inserts``, ``samples``,
+        ``updates``, ``unique_samples``) and each stored transition's
+        times sampled, oldest first."""
+        cdef const int64_t[::1] tv = np.ascontiguousarray(times, dtype=np.int64).reshape(-1)
+        cdef fr_ring_stats st
+        memset(&st, 0, sizeof(st))
+        st.inserts = counters["inserts"]
+        st.samples = counters["samples"]
+        st.updates = counters["updates"]
+        st.unique_samples = counters["unique_samples"]
+        cdef int64_t zero = 0
+        cdef int rc = fr_ring_restore(self._r, &st, &tv[0] if tv.shape[0] else &zero,
+                                      tv.shape[0])
+        _raise_for_status(rc, f"table '{self.name}': restore {tv.shape[0]} counts")
+
     def close(self) -> None:
         """Wake waiting samplers (TableClosedError) and refuse later waits."""
         fr_ring_close(self._r)

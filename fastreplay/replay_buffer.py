@@ -134,7 +134,6 @@ class ReplayBuffer:
         #: the ring form (_rb_ring) while the buffer is in it, else None
         self._ring: _core.Ring | None = None
         self._table_only = False  # once the table was handed out
-        self._ring_first = 0  # the ring's first key
         self._store = _core.ChunkStore()
         self._fields: list[str] | None = None
         self._specs: list[tuple[Any, ...]] | None = None

@@ -306,15 +306,35 @@ def test_closing_the_table_wakes_a_sampler_that_waited_on_the_ring() -> None:
 def test_save_and_load_from_the_ring(tmp_path: Any) -> None:
     rb = ReplayBuffer(5, alpha=1.0, seed=3)
     rb.add_batch(**rows(range(7)), priorities=np.arange(1.0, 8.0))
+    rb.update_priorities([3], [9.0])
+    rb.sample(4)
     back = ReplayBuffer.load(rb.save(tmp_path / "rb"))
-    assert in_ring(rb)  # saving leaves the ring form
-    assert back.table.items()["key"].tolist() == [2, 3, 4, 5, 6]
+    assert in_ring(rb) and in_ring(back)  # saving leaves the ring form
+    for field in ("current_size", "num_inserts", "num_evictions", "num_samples",
+                  "num_updates", "num_unique_samples"):
+        assert getattr(back.info, field) == getattr(rb.info, field), field
+    check(back.sample(10))
     back.update_priorities([6], [50.0])
-    assert back.table.get(6)[1] == 50.0
     back.add_batch(**rows([9]))
-    assert back.table.items()["key"].tolist()[-1] == 7
+    items = back.table.items()  # moves to the table: keys go on after 6
+    assert items["key"].tolist() == [3, 4, 5, 6, 7]
+    assert items["priority"].tolist() == [9.0, 5.0, 6.0, 50.0, 50.0]
     rb.add_batch(**rows([9]))
     check(rb.sample(10))
+
+
+def test_load_keeps_the_table_form_when_keys_have_a_gap(tmp_path: Any) -> None:
+    rb = ReplayBuffer(5, alpha=1.0, seed=3)
+    rb.add_batch(**rows(range(3)))
+    assert len(rb.table) == 3  # the table form from here
+    with pytest.raises(InvalidPriorityError):
+        rb.add_batch(**rows([3, 4]), priorities=[1.0, float("nan")])
+    rb.add_batch(**rows([5]))
+    assert rb.table.items()["key"].tolist() == [0, 1, 2, 5]  # 3, 4 were refused
+    back = ReplayBuffer.load(rb.save(tmp_path / "rb"))
+    assert not in_ring(back)
+    assert back.table.items()["key"].tolist() == [0, 1, 2, 5]
+    check(back.sample(8))
 
 
 # ----- threads -----
