@@ -1,96 +1,103 @@
 #define _POSIX_C_SOURCE 200809L
-/* fr_ring: see ring.h. */
+/* fr_ring: lifecycle, adds and priorities (sampling: ring_read.c). */
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "mem.h"
-#include "ring.h"
-#include "rng.h"
+#include "ring_internal.h"
 #include "selector.h"
-#include "sumtree.h"
 #include "table_internal.h"
 
-/* A record's header: the transition's priority and times sampled, beside
- * its rows, so a sampled row costs no cache miss of its own for them (as
- * separate arrays they were 2 of the 3 misses per row: sample 256 of 1M
- * 72 -> see ring.h). */
-typedef struct rec_head {
-    double priority;
-    int64_t times;
-} rec_head;
-
-#define HEAD(r, slot) ((rec_head *)((r)->data + (slot) * (r)->rec))
-
-struct fr_ring {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;          /* size grew, closed or sealed */
-    int64_t cap, rec;           /* slots; bytes per record */
-    int32_t n_cols;
-    int64_t *row_bytes, *off;   /* per column: row size, offset in a record */
-    unsigned char *data;        /* cap records: a header, then the rows */
-    int prioritized, closed, sealed;
-    double exponent, memo_p, memo_w;
-    fr_sumtree tree;
-    fr_rng rng;
-    uint64_t next_key;
-    int64_t size;
-    fr_ring_stats st;
-};
+static void free_arrays(fr_ring *r) {
+    free(r->row_bytes);
+    free(r->off);
+    free(r->packed);
+    free(r);
+}
 
 fr_ring *fr_ring_new(int64_t capacity, int32_t n_cols, const int64_t *row_bytes,
-                     int prioritized, double exponent, uint64_t first_key,
-                     uint64_t seed) {
+                     const int32_t *packed, fr_store *store, int prioritized,
+                     double exponent, uint64_t first_key, uint64_t seed) {
     if (capacity < 1 || n_cols < 0) return NULL;
     fr_ring *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->row_bytes = malloc(sizeof(int64_t) * (size_t)(n_cols + 1));
-    r->off = malloc(sizeof(int64_t) * (size_t)(n_cols + 1));
-    if (!r->row_bytes || !r->off) goto fail;
-    r->rec = (int64_t)sizeof(rec_head);
-    for (int32_t c = 0; c < n_cols; c++) {
-        r->row_bytes[c] = row_bytes[c];
-        r->off[c] = r->rec;
-        r->rec += row_bytes[c];
+    size_t k = (size_t)n_cols + 1;
+    r->row_bytes = malloc(sizeof(int64_t) * k);
+    r->off = malloc(sizeof(int64_t) * k);
+    r->packed = calloc(k, sizeof(int32_t));
+    if (!r->row_bytes || !r->off || !r->packed) {
+        free_arrays(r);
+        return NULL;
     }
+    /* Chunk pointers first (8-byte aligned after the header), then rows. */
+    r->rec = (int64_t)sizeof(rec_head);
+    for (int pass = 1; pass >= 0; pass--)
+        for (int32_t c = 0; c < n_cols; c++) {
+            int is_packed = packed && packed[c] && store;
+            if (is_packed != pass) continue;
+            r->row_bytes[c] = row_bytes[c];
+            r->packed[c] = is_packed;
+            r->off[c] = r->rec;
+            r->rec += is_packed ? (int64_t)sizeof(fr_chunk *) : row_bytes[c];
+            r->any_packed |= is_packed;
+        }
     r->rec = (r->rec + 7) & ~(int64_t)7; /* records start 8-byte aligned */
     r->cap = capacity;
     r->n_cols = n_cols;
     r->data = fr_alloc_large((size_t)(capacity * r->rec));
-    if (!r->data) goto fail;
+    if (!r->data) {
+        free_arrays(r);
+        return NULL;
+    }
     r->prioritized = prioritized;
     r->exponent = exponent;
-    r->memo_p = r->memo_w = 0.0;
-    if (prioritized && fr_sumtree_init(&r->tree, (size_t)capacity) != FR_OK) goto fail;
-    if (pthread_mutex_init(&r->mu, NULL)) goto fail_tree;
+    if ((prioritized && fr_sumtree_init(&r->tree, (size_t)capacity) != FR_OK) ||
+        pthread_mutex_init(&r->mu, NULL)) {
+        if (prioritized) fr_sumtree_free(&r->tree);
+        fr_free_large(r->data, (size_t)(capacity * r->rec));
+        free_arrays(r);
+        return NULL;
+    }
     if (fr_init_cond(&r->cv)) {
         pthread_mutex_destroy(&r->mu);
-        goto fail_tree;
+        if (prioritized) fr_sumtree_free(&r->tree);
+        fr_free_large(r->data, (size_t)(capacity * r->rec));
+        free_arrays(r);
+        return NULL;
+    }
+    if (r->any_packed) {
+        r->store = store;
+        fr_store_retain(store);
     }
     fr_rng_seed(&r->rng, seed);
     r->next_key = first_key;
     r->st.capacity = capacity;
     return r;
-fail_tree:
-    if (prioritized) fr_sumtree_free(&r->tree);
-fail:
-    if (r->data) fr_free_large(r->data, (size_t)(capacity * r->rec));
-    free(r->row_bytes);
-    free(r->off);
-    free(r);
-    return NULL;
+}
+
+/* The chunk of packed column c in a record. */
+static fr_chunk *chunk_at(const fr_ring *r, int64_t slot, int32_t c) {
+    fr_chunk *ch;
+    memcpy(&ch, r->data + slot * r->rec + r->off[c], sizeof ch);
+    return ch;
 }
 
 void fr_ring_free(fr_ring *r) {
     if (!r) return;
+    if (r->any_packed) {
+        uint64_t oldest = r->next_key - (uint64_t)r->size;
+        for (int64_t i = 0; i < r->size; i++)
+            for (int32_t c = 0; c < r->n_cols; c++)
+                if (r->packed[c])
+                    fr_chunk_release(chunk_at(r, fr_ring_slot(r, oldest + (uint64_t)i), c));
+        fr_store_release(r->store);
+    }
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     if (r->prioritized) fr_sumtree_free(&r->tree);
     fr_free_large(r->data, (size_t)(r->cap * r->rec));
-    free(r->row_bytes);
-    free(r->off);
-    free(r);
+    free_arrays(r);
 }
 
 /* fr_selector_check's rules for a Prioritized sampler. */
@@ -111,139 +118,88 @@ static double weight(fr_ring *r, double p) {
     return r->memo_w;
 }
 
-/* Fixed-size moves for the common row sizes (a call to memcpy otherwise). */
-static inline void copy_row(unsigned char *dst, const unsigned char *src, int64_t n) {
-    switch (n) {
-    case 1: memcpy(dst, src, 1); break;
-    case 4: memcpy(dst, src, 4); break;
-    case 8: memcpy(dst, src, 8); break;
-    case 16: memcpy(dst, src, 16); break;
-    case 32: memcpy(dst, src, 32); break;
-    default: memcpy(dst, src, (size_t)n);
-    }
-}
-
-static inline int64_t slot_of(const fr_ring *r, uint64_t key) {
-    return (int64_t)(key % (uint64_t)r->cap);
+/* One-row chunks of the packed columns of rows skip..n, made without the
+ * mutex: made[(i - skip) * n_cols + c].  FR_OK or FR_ENOMEM (none kept). */
+static int pack_rows(fr_ring *r, int64_t skip, int64_t n, const void *const *cols,
+                     const int64_t *strides, fr_chunk **made) {
+    for (int64_t i = skip; i < n; i++)
+        for (int32_t c = 0; c < r->n_cols; c++) {
+            if (!r->packed[c]) continue;
+            fr_chunk *ch = fr_chunk_new(r->store, 0, 0, r->row_bytes[c]);
+            const unsigned char *src = (const unsigned char *)cols[c] + i * strides[c];
+            if (ch && fr_chunk_finalize(ch, src, 1, 0, 0, 1) != FR_OK) {
+                fr_chunk_release(ch);
+                ch = NULL;
+            }
+            made[(i - skip) * r->n_cols + c] = ch;
+            if (!ch) return FR_ENOMEM;
+        }
+    return FR_OK;
 }
 
 int fr_ring_add(fr_ring *r, int64_t n, const void *const *cols, const int64_t *strides,
                 const double *prios, double priority, uint64_t *key, int64_t *bad) {
     if (!strides) strides = r->row_bytes;
-    int64_t skip = n > r->cap ? n - r->cap : 0;
-    size_t *idx = NULL;
-    if (r->prioritized && n > 0 && !(idx = malloc(sizeof(size_t) * (size_t)(n - skip))))
-        return FR_ENOMEM;
-    pthread_mutex_lock(&r->mu);
-    *key = r->next_key;
-    int rc = r->sealed ? FR_RING_MOVED : FR_OK;
+    int64_t skip = n > r->cap ? n - r->cap : 0, m = n - skip;
+    int rc = FR_OK;
     for (int64_t i = 0; rc == FR_OK && i < (prios ? n : 1); i++)
         if ((rc = check_priority(r, prios ? prios[i] : priority)) != FR_OK) *bad = i;
-    if (rc != FR_OK) {
-        pthread_mutex_unlock(&r->mu);
-        free(idx);
-        return rc;
+    size_t *idx = NULL;
+    fr_chunk **made = NULL; /* new chunks, then the ones they replace */
+    if (rc == FR_OK && r->prioritized && m > 0 &&
+        !(idx = malloc(sizeof(size_t) * (size_t)m)))
+        rc = FR_ENOMEM;
+    if (rc == FR_OK && r->any_packed && m > 0) {
+        made = calloc((size_t)(m * r->n_cols), sizeof *made);
+        rc = made ? pack_rows(r, skip, n, cols, strides, made) : FR_ENOMEM;
     }
-    int64_t m = 0;
-    for (int64_t i = skip; i < n; i++) {
-        int64_t slot = slot_of(r, r->next_key + (uint64_t)i);
-        unsigned char *rec = r->data + slot * r->rec;
-        for (int32_t c = 0; c < r->n_cols; c++)
-            copy_row(rec + r->off[c],
-                     (const unsigned char *)cols[c] + i * strides[c],
-                     r->row_bytes[c]);
-        double p = prios ? prios[i] : priority;
-        HEAD(r, slot)->priority = p;
-        HEAD(r, slot)->times = 0;
-        if (idx) {
-            fr_sumtree_set_leaf(&r->tree, (size_t)slot, weight(r, p));
-            idx[m++] = (size_t)slot;
-        }
-    }
-    if (idx) fr_sumtree_fix_up(&r->tree, idx, (size_t)m);
-    r->next_key += (uint64_t)n;
-    r->st.inserts += n;
-    r->size = r->size + n < r->cap ? r->size + n : r->cap;
-    if (n > 0) pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    free(idx);
-    return FR_OK;
-}
-
-/* With the mutex held: wait until min_size are stored. */
-static int wait_for(fr_ring *r, int64_t min_size, int64_t deadline) {
-    int64_t next_check = 0, start = 0;
-    int rc = FR_OK;
-    while (rc == FR_OK && !r->sealed && r->size < min_size) {
-        if (r->closed) {
-            rc = FR_ECLOSED;
-            break;
-        }
-        if (!start) {
-            start = fr_now_ns();
-            r->st.sample_stalls++;
-        }
-        rc = fr_cond_wait_until(&r->cv, &r->mu, deadline, &next_check);
-    }
-    if (start) r->st.sample_stall_ns += fr_now_ns() - start;
-    if (r->sealed) return FR_RING_MOVED;
-    return rc == FR_ETIMEOUT ? FR_ESAMPLE_TIMEOUT : rc;
-}
-
-int fr_ring_sample(fr_ring *r, int64_t n, int64_t min_size, int64_t timeout_ns,
-                   void *const *outs, uint64_t *keys, double *probs, double *prios,
-                   int64_t *size) {
-    int64_t *slots = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    double *u = r->prioritized ? malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)) : NULL;
-    if (!slots || (r->prioritized && !u)) {
-        free(slots);
-        free(u);
-        return FR_ENOMEM;
-    }
-    int64_t deadline = fr_deadline_from(timeout_ns);
     pthread_mutex_lock(&r->mu);
-    int rc = wait_for(r, min_size > 1 ? min_size : 1, deadline);
-    if (rc != FR_OK) {
-        pthread_mutex_unlock(&r->mu);
-        free(slots);
-        free(u);
-        return rc;
-    }
-    uint64_t oldest = r->next_key - (uint64_t)r->size;
-    double total = r->prioritized ? fr_sumtree_total(&r->tree) : 0.0;
-    if (total > 0.0) {
-        for (int64_t i = 0; i < n; i++) u[i] = fr_rng_uniform(&r->rng);
-        fr_sumtree_find_many(&r->tree, (size_t)n, u, slots);
-        int64_t base = slot_of(r, oldest);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t d = slots[i] - base;
-            keys[i] = oldest + (uint64_t)(d < 0 ? d + r->cap : d);
-            probs[i] = fr_sumtree_get(&r->tree, (size_t)slots[i]) / total;
+    *key = r->next_key;
+    if (rc == FR_OK && r->sealed) rc = FR_RING_MOVED;
+    if (rc == FR_OK) {
+        uint64_t oldest = r->next_key - (uint64_t)r->size;
+        int64_t t = 0;
+        for (int64_t i = skip; i < n; i++) {
+            uint64_t k = r->next_key + (uint64_t)i;
+            int64_t slot = fr_ring_slot(r, k);
+            /* The slot holds key k - cap if that is stored (not one of the
+             * rows skipped above, which never were). */
+            int live = k >= oldest + (uint64_t)r->cap &&
+                       k - (uint64_t)r->cap < r->next_key;
+            unsigned char *rec = r->data + slot * r->rec;
+            for (int32_t c = 0; c < r->n_cols; c++) {
+                if (r->packed[c]) {
+                    fr_chunk **cell = &made[(i - skip) * r->n_cols + c], *old;
+                    if (live) memcpy(&old, rec + r->off[c], sizeof old);
+                    memcpy(rec + r->off[c], cell, sizeof *cell);
+                    *cell = live ? old : NULL; /* released below */
+                } else {
+                    fr_ring_copy(rec + r->off[c],
+                                 (const unsigned char *)cols[c] + i * strides[c],
+                                 r->row_bytes[c]);
+                }
+            }
+            double p = prios ? prios[i] : priority;
+            HEAD(r, slot)->priority = p;
+            HEAD(r, slot)->times = 0;
+            if (idx) {
+                fr_sumtree_set_leaf(&r->tree, (size_t)slot, weight(r, p));
+                idx[t++] = (size_t)slot;
+            }
         }
-    } else { /* uniform, or every weight zero (as fr_selector) */
-        double p = 1.0 / (double)r->size;
-        for (int64_t i = 0; i < n; i++) {
-            keys[i] = oldest + fr_rng_below(&r->rng, (uint64_t)r->size);
-            slots[i] = slot_of(r, keys[i]);
-            probs[i] = p;
-            __builtin_prefetch(r->data + slots[i] * r->rec);
-        }
+        if (idx) fr_sumtree_fix_up(&r->tree, idx, (size_t)t);
+        r->next_key += (uint64_t)n;
+        r->st.inserts += n;
+        r->size = r->size + n < r->cap ? r->size + n : r->cap;
+        if (n > 0) pthread_cond_broadcast(&r->cv);
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (i + 8 < n) __builtin_prefetch(r->data + slots[i + 8] * r->rec);
-        const unsigned char *rec = r->data + slots[i] * r->rec;
-        for (int32_t c = 0; c < r->n_cols; c++)
-            copy_row((unsigned char *)outs[c] + i * r->row_bytes[c], rec + r->off[c],
-                     r->row_bytes[c]);
-        prios[i] = ((const rec_head *)rec)->priority;
-        if (((rec_head *)rec)->times++ == 0) r->st.unique_samples++;
-    }
-    r->st.samples += n;
-    *size = r->size;
     pthread_mutex_unlock(&r->mu);
-    free(slots);
-    free(u);
-    return FR_OK;
+    if (made)
+        for (int64_t j = 0; j < m * r->n_cols; j++)
+            if (made[j]) fr_chunk_release(made[j]);
+    free(made);
+    free(idx);
+    return rc;
 }
 
 int fr_ring_update(fr_ring *r, int64_t n, const uint64_t *keys, const double *prios,
@@ -264,7 +220,7 @@ int fr_ring_update(fr_ring *r, int64_t n, const uint64_t *keys, const double *pr
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         if (keys[i] < oldest || keys[i] >= r->next_key) continue; /* evicted */
-        int64_t slot = slot_of(r, keys[i]);
+        int64_t slot = fr_ring_slot(r, keys[i]);
         HEAD(r, slot)->priority = prios[i];
         if (idx) {
             fr_sumtree_set_leaf(&r->tree, (size_t)slot, weight(r, prios[i]));
@@ -278,29 +234,6 @@ int fr_ring_update(fr_ring *r, int64_t n, const uint64_t *keys, const double *pr
     return FR_OK;
 }
 
-int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
-                 uint64_t *keys, double *prios, int64_t *times) {
-    pthread_mutex_lock(&r->mu);
-    if (first < 0 || n < 0 || first + n > r->size) {
-        pthread_mutex_unlock(&r->mu);
-        return FR_EINVAL;
-    }
-    uint64_t oldest = r->next_key - (uint64_t)r->size;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t key = oldest + (uint64_t)(first + i);
-        int64_t slot = slot_of(r, key);
-        const unsigned char *rec = r->data + slot * r->rec;
-        for (int32_t c = 0; c < r->n_cols; c++)
-            copy_row((unsigned char *)outs[c] + i * r->row_bytes[c], rec + r->off[c],
-                     r->row_bytes[c]);
-        keys[i] = key;
-        prios[i] = ((const rec_head *)rec)->priority;
-        times[i] = ((const rec_head *)rec)->times;
-    }
-    pthread_mutex_unlock(&r->mu);
-    return FR_OK;
-}
-
 int fr_ring_restore(fr_ring *r, const fr_ring_stats *st, const int64_t *times,
                     int64_t n) {
     pthread_mutex_lock(&r->mu);
@@ -310,7 +243,7 @@ int fr_ring_restore(fr_ring *r, const fr_ring_stats *st, const int64_t *times,
     }
     uint64_t oldest = r->next_key - (uint64_t)r->size;
     for (int64_t i = 0; i < n; i++)
-        HEAD(r, slot_of(r, oldest + (uint64_t)i))->times = times[i];
+        HEAD(r, fr_ring_slot(r, oldest + (uint64_t)i))->times = times[i];
     r->st.inserts = st->inserts;
     r->st.samples = st->samples;
     r->st.updates = st->updates;

@@ -1,17 +1,17 @@
-/* Rings: ReplayBuffer's storage when every field is a small raw array (the
+/* Rings: ReplayBuffer's storage of transitions of fixed-size fields (the
  * cpprb / SB3 / Tianshou workload: float32[8] observations, an action, a
- * reward, a done flag).
+ * reward, a done flag; or image frames).
  *
  * A ring of `capacity` slots holds the newest transitions; the one with key
  * k sits in slot k % capacity, so keys are consecutive from the first one
  * (`first_key`) and a key is stored iff oldest <= k < next.  Each slot is one
- * record: the row of every column packed side by side, so a sampled
- * transition costs one or two cache misses however many fields it has (a
- * table of items with one chunk reference per column costs a miss per
- * column, plus the item and its key-map entry, on insert, eviction and
- * sample: add_batch of 256 small transitions 60 -> ~15 us, sample 256 of 1M
- * ~120 -> ~40 us on the shared 2-vCPU EPYC VM, 2026-12-01).  Eviction is
- * overwriting the oldest slot: no per-item bookkeeping.
+ * record: the row of every raw column packed side by side (a compressed
+ * column: a pointer to a one-row chunk), so a sampled transition costs one
+ * or two cache misses however many fields it has (a table of items with one
+ * chunk reference per column costs a miss per column, plus the item and its
+ * key-map entry, on insert, eviction and sample: add_batch of 256 small
+ * transitions 60 -> 8-12 us, sample 256 of 1M 117 -> 31 us on the shared
+ * 2-vCPU EPYC VM, 2026-12-01).  Eviction is overwriting the oldest slot.
  *
  * Sampling is uniform over the stored transitions, or prioritized: slot
  * weights priority ** exponent in a sum tree (sumtree.h), every weight zero
@@ -26,7 +26,7 @@
 #ifndef FASTREPLAY_RING_H
 #define FASTREPLAY_RING_H
 
-#include "fr_common.h"
+#include "chunk.h"
 
 /* fr_ring_seal: the ring's contents moved to a table; calls after it return
  * this and the caller goes to the table instead. */
@@ -42,12 +42,14 @@ typedef struct fr_ring_stats {
 } fr_ring_stats;
 
 /* A ring of `capacity` (>= 1) slots of n_cols columns whose rows are
- * row_bytes[c] bytes; `prioritized` with sampling exponent `exponent`; keys
- * start at first_key; the generator is seeded with `seed`.  NULL when out of
- * memory. */
+ * row_bytes[c] bytes; a column with packed[c] set (packed may be NULL)
+ * keeps each row in a one-row chunk of `store` (retained), LZ4-compressed
+ * when that saves space, and a record holds its pointer; `prioritized` with
+ * sampling exponent `exponent`; keys start at first_key; the generator is
+ * seeded with `seed`.  NULL when out of memory. */
 fr_ring *fr_ring_new(int64_t capacity, int32_t n_cols, const int64_t *row_bytes,
-                     int prioritized, double exponent, uint64_t first_key,
-                     uint64_t seed);
+                     const int32_t *packed, fr_store *store, int prioritized,
+                     double exponent, uint64_t first_key, uint64_t seed);
 void fr_ring_free(fr_ring *r);
 
 /* Add n rows (row i of column c at cols[c] + i * strides[c]; strides NULL:
@@ -62,8 +64,10 @@ int fr_ring_add(fr_ring *r, int64_t n, const void *const *cols, const int64_t *s
 /* Sample n transitions once min_size are stored (waiting up to timeout_ns,
  * < 0: forever, releasing the mutex): row i of column c
  * goes to outs[c] + i * row_bytes[c], its key, probability and priority to
- * keys[i], probs[i] and prios[i]; *size is the number stored.  FR_OK;
- * FR_ESAMPLE_TIMEOUT, FR_ECLOSED, FR_EINTR (nothing sampled); FR_RING_MOVED. */
+ * keys[i], probs[i] and prios[i]; *size is the number stored.  Large
+ * samples copy and decode on the worker pool (pool.h).  FR_OK;
+ * FR_ESAMPLE_TIMEOUT, FR_ECLOSED, FR_EINTR (nothing sampled); FR_ECORRUPT
+ * when a packed row does not decode; FR_RING_MOVED. */
 int fr_ring_sample(fr_ring *r, int64_t n, int64_t min_size, int64_t timeout_ns,
                    void *const *outs, uint64_t *keys, double *probs, double *prios,
                    int64_t *size);

@@ -309,6 +309,7 @@ cdef extern from "gather.h" nogil:
 
 
 cdef extern from "column.h" nogil:
+    int fr_compress_choice(const fr_spec *spec, int32_t compression)
     ctypedef struct fr_chunker_options:
         int32_t max_chunk_length
         int32_t num_keep_alive_refs
@@ -477,8 +478,8 @@ cdef extern from "ring.h" nogil:
         int64_t inserts, samples, updates, unique_samples
         int64_t sample_stalls, sample_stall_ns
     fr_ring *fr_ring_new(int64_t capacity, int32_t n_cols, const int64_t *row_bytes,
-                         int prioritized, double exponent, uint64_t first_key,
-                         uint64_t seed)
+                         const int32_t *packed, fr_store *store, int prioritized,
+                         double exponent, uint64_t first_key, uint64_t seed)
     void fr_ring_free(fr_ring *r)
     int fr_ring_add(fr_ring *r, int64_t n, const void *const *cols,
                     const int64_t *strides, const double *prios, double priority,

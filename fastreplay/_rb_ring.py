@@ -1,19 +1,20 @@
-"""``ReplayBuffer``'s ring form: transitions of small raw fields in a
-``_core.Ring`` (csrc/ring.h) instead of its table.
+"""``ReplayBuffer``'s ring form: transitions in a ``_core.Ring``
+(csrc/ring.h) instead of its table.
 
-A buffer starts in this form when its fields are fixed-size arrays that are
-stored raw (``compression=None``, or ``'auto'`` with rows under 256 bytes)
-and it has no frame streams (``next_of`` / ``stack_compress``): the
-cpprb-style workload, where a table's per-item bookkeeping (key map, item
-record, one chunk reference per field, evicted on every insert) costs more
-than the data.  Adding, sampling, priorities, ``len`` and ``info`` stay in
-the ring; everything that hands out the table (``table``, ``chunk_store``)
-moves the transitions into it once (``to_table``) and the buffer goes on in
-table form, with the same keys, priorities and counters (not each
-transition's sample count: a table item starts at 0).  ``save`` writes a
-table filled the same way without leaving the ring (``saved_table``);
-``load`` reads into the table and moves into a ring when the buffer fits
-(``from_table``).
+A buffer starts in this form when its fields are fixed-size numbers and it
+has no frame streams (``next_of`` / ``stack_compress``): raw fields live in
+each transition's record, compressed ones (``'lz4'``, ``'auto'`` rows of
+256 bytes or more) as one-row chunks the record points to.  A table's
+per-item bookkeeping (key map, item record, one chunk reference per field,
+evicted on every insert) costs more than small data, and its sampling is a
+serial step in front of a parallel decode.  Adding, sampling, priorities,
+``len`` and ``info`` stay in the ring; everything that hands out the table
+(``table``, ``chunk_store``) moves the transitions into it once
+(``to_table``) and the buffer goes on in table form, with the same keys,
+priorities and counters (not each transition's sample count: a table item
+starts at 0).  ``save`` writes a table filled the same way without leaving
+the ring (``saved_table``); ``load`` reads into the table and moves into a
+ring when the buffer fits (``from_table``).
 """
 
 from __future__ import annotations
@@ -30,28 +31,21 @@ if TYPE_CHECKING:
     from fastreplay.replay_buffer import ReplayBuffer
     from fastreplay.table import Table
 
-#: Rows of at least this many bytes are LZ4-compressed under 'auto'
-#: (csrc/column.h, fr_should_compress), so they are not ring rows.
-AUTO_COMPRESS_BYTES = 256
 #: Rows moved into a table per insert_rows call.
 _MOVE_ROWS = 1 << 16
 
 
-def fits(specs: list[tuple[Any, ...]], modes: list[int]) -> bool:
-    """Whether fields of ``specs`` ((dtype, shape) each) stored with
-    ``modes`` (COMPRESSION_*) are ring rows: fixed-size numbers kept raw."""
+def fits(specs: list[tuple[Any, ...]]) -> bool:
+    """Whether fields of ``specs`` ((dtype, shape) each) are ring rows:
+    fixed-size numbers (raw ones stored in the record, compressed ones as
+    one-row chunks it points to)."""
     if not specs:
         return False
-    for (dtype, shape), mode in zip(specs, modes, strict=True):
+    for dtype, shape in specs:
         dt = np.dtype(dtype)
         if dt.kind not in "biufc" or dt.hasobject:
             return False
-        row_bytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        if row_bytes <= 0:
-            return False
-        if mode == _core.COMPRESSION_LZ4:
-            return False
-        if mode == _core.COMPRESSION_AUTO and row_bytes >= AUTO_COMPRESS_BYTES:
+        if dt.itemsize * int(np.prod(shape, dtype=np.int64)) <= 0:
             return False
     return True
 
@@ -107,13 +101,13 @@ def _new_ring(rb: ReplayBuffer, first_key: int) -> _core.Ring | None:
     mapped (the table then: it grows as it fills)."""
     specs, names = rb._specs, rb._fields
     if (rb._frames is not None or specs is None or names is None or rb._plan is None
-            or not fits(specs, [rb._mode(k) for k in names])):
+            or not fits(specs)):
         return None
     try:
         return _core.Ring(
             "replay_buffer", rb.capacity, rb._plan, [dt for dt, _ in specs],
             [shape for _, shape in specs], rb._prioritized, rb._alpha, first_key,
-            rb._seed)
+            rb._seed, rb._store)
     except MemoryError:
         return None
 

@@ -8,11 +8,12 @@ RING_MOVED = FR_RING_MOVED
 
 cdef class Ring:
     """Ring(name, capacity, plan, dtypes, shapes, prioritized, exponent,
-    first_key, seed)
+    first_key, seed, store)
 
-    ``capacity`` slots of ``plan``'s rows (raw, fixed-size: see
-    csrc/ring.h), the newest transitions, keys consecutive from
-    ``first_key``; uniform or prioritized (``exponent``) sampling.
+    ``capacity`` slots of ``plan``'s rows (fixed-size; the columns the
+    plan compresses as one-row chunks of ``store``: see csrc/ring.h), the
+    newest transitions, keys consecutive from ``first_key``; uniform or
+    prioritized (``exponent``) sampling.
     ``dtypes`` and ``shapes`` give each column's numpy form for ``sample``
     and ``read``; ``name`` names the buffer in errors.  Thread-safe; every
     call runs without the GIL.
@@ -27,22 +28,28 @@ cdef class Ring:
 
     def __cinit__(self, str name, int64_t capacity, RowPlan plan not None,
                   list dtypes, list shapes, bint prioritized, double exponent,
-                  uint64_t first_key, uint64_t seed):
+                  uint64_t first_key, uint64_t seed, ChunkStore store not None):
         cdef Py_ssize_t c, k = plan.n
         if len(dtypes) != k or len(shapes) != k:
             raise ValueError("a Ring needs one dtype and shape per column")
         cdef int64_t *rb = <int64_t *>malloc(max(k, 1) * sizeof(int64_t))
-        if rb == NULL:
+        cdef int32_t *packed = <int32_t *>malloc(max(k, 1) * sizeof(int32_t))
+        if rb == NULL or packed == NULL:
+            free(rb)
+            free(packed)
             raise MemoryError()
         try:
             for c in range(k):
                 if fr_spec_is_var(&plan.specs[c]) or plan.specs[c].row_bytes <= 0:
                     raise ValueError("a Ring holds fixed-size rows only")
                 rb[c] = plan.specs[c].row_bytes
-            self._r = fr_ring_new(capacity, <int32_t>k, rb, prioritized, exponent,
-                                  first_key, seed)
+                # the plan's compression choice: compressed rows are packed
+                packed[c] = fr_compress_choice(&plan.specs[c], plan.modes[c])
+            self._r = fr_ring_new(capacity, <int32_t>k, rb, packed, store._s,
+                                  prioritized, exponent, first_key, seed)
         finally:
             free(rb)
+            free(packed)
         if self._r == NULL:
             raise MemoryError()
         self.plan, self.capacity, self.prioritized, self.name = (

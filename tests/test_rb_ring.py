@@ -56,14 +56,25 @@ def test_small_raw_fields_take_the_ring() -> None:
 @pytest.mark.parametrize("kwargs, value", [
     ({}, np.zeros((2, 16, 16), np.uint8)),                 # 256 B: 'auto' compresses
     ({"compression": "lz4"}, np.zeros((2, 4), np.float32)),
-    ({"next_of": "x"}, np.zeros((2, 4), np.float32)),
 ])
-def test_other_buffers_keep_the_table(kwargs: dict[str, Any], value: Any) -> None:
+def test_compressed_fields_take_the_ring(kwargs: dict[str, Any], value: Any) -> None:
     rb = ReplayBuffer(10, **kwargs)
-    if "next_of" in kwargs:
-        rb.add_batch(x=value, next_x=value + 1)
-    else:
-        rb.add_batch(x=value)
+    rows_of = value.copy()
+    rows_of[1] = 1  # row i holds i everywhere
+    rb.add_batch(x=rows_of)
+    assert in_ring(rb) and len(rb) == 2
+    store = rb._store.stats()  # noqa: SLF001 - the ring's one-row chunks
+    assert store["live_chunks"] == 2 and store["stored_bytes"] < store["raw_bytes"]
+    out = rb.sample(6)
+    np.testing.assert_array_equal(out["x"], rows_of[out["indexes"].astype(int)])
+    rb.add_batch(x=value[:1].repeat(12, 0))  # evicts both, frees their chunks
+    assert rb._store.stats()["live_chunks"] == 10  # noqa: SLF001
+
+
+def test_frame_streams_keep_the_table() -> None:
+    rb = ReplayBuffer(10, next_of="x")
+    value = np.zeros((2, 4), np.float32)
+    rb.add_batch(x=value, next_x=value + 1)
     assert not in_ring(rb) and len(rb) == 2
 
 
@@ -131,9 +142,12 @@ class RingMachine(RuleBasedStateMachine):
         self.rid = 0
 
     @precondition(lambda self: self.rb is None)
-    @rule(capacity=st.integers(1, 12), alpha=st.sampled_from([None, 0.6, 1.0]))
-    def make(self, capacity: int, alpha: float | None) -> None:
-        self.rb = ReplayBuffer(capacity, alpha=alpha, seed=capacity)
+    @rule(capacity=st.integers(1, 12), alpha=st.sampled_from([None, 0.6, 1.0]),
+          compression=st.sampled_from(["auto", "lz4"]))
+    def make(self, capacity: int, alpha: float | None, compression: str) -> None:
+        # 'lz4': every field a one-row chunk the records point to
+        self.rb = ReplayBuffer(capacity, alpha=alpha, seed=capacity,
+                               compression=compression)
         self.model = Model(capacity, alpha)
 
     def _ids(self, n: int) -> list[int]:

@@ -1,0 +1,178 @@
+#define _POSIX_C_SOURCE 200809L
+/* fr_ring: sampling and reads (see ring.h); large ones on the worker pool. */
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "pool.h"
+#include "ring_internal.h"
+#include "table_internal.h"
+
+/* A sample goes to the pool only when its work pays for waking a worker:
+ * the thresholds gather.c measured for the same rows (1 MiB to decode,
+ * 8 MiB of raw copies); shares are claimed dynamically, 4 per thread. */
+#define POOL_MIN_DECODE_BYTES ((int64_t)1 << 20)
+#define POOL_MIN_RAW_BYTES ((int64_t)8 << 20)
+#define SHARES_PER_THREAD 4
+
+int fr_ring_copy_rows(fr_ring *r, const int64_t *slots, int64_t lo, int64_t hi,
+                      void *const *outs, int32_t *bad_col) {
+    for (int64_t i = lo; i < hi; i++) {
+        if (i + 8 < hi) __builtin_prefetch(r->data + slots[i + 8] * r->rec);
+        const unsigned char *rec = r->data + slots[i] * r->rec;
+        for (int32_t c = 0; c < r->n_cols; c++) {
+            unsigned char *dst = (unsigned char *)outs[c] + i * r->row_bytes[c];
+            if (!r->packed[c]) {
+                fr_ring_copy(dst, rec + r->off[c], r->row_bytes[c]);
+                continue;
+            }
+            fr_chunk *ch;
+            memcpy(&ch, rec + r->off[c], sizeof ch);
+            const unsigned char *row = fr_chunk_rows(ch, dst);
+            if (!row) {
+                *bad_col = c;
+                return FR_ECORRUPT;
+            }
+            if (row != dst) memcpy(dst, row, (size_t)r->row_bytes[c]);
+        }
+    }
+    return FR_OK;
+}
+
+typedef struct copy_job {
+    fr_ring *r;
+    const int64_t *slots;
+    int64_t n;
+    int shares;
+    void *const *outs;
+    atomic_int rc;
+    int32_t bad_col;
+} copy_job;
+
+static void copy_share(void *arg, int share, int slot) {
+    (void)slot;
+    copy_job *j = arg;
+    int64_t lo = j->n * share / j->shares, hi = j->n * (share + 1) / j->shares;
+    int32_t bad = -1;
+    int rc = fr_ring_copy_rows(j->r, j->slots, lo, hi, j->outs, &bad);
+    int ok = FR_OK;
+    if (rc != FR_OK && atomic_compare_exchange_strong(&j->rc, &ok, rc)) j->bad_col = bad;
+}
+
+/* fr_ring_copy_rows of slots[0..n), on the pool when it is large. */
+static int copy_all(fr_ring *r, const int64_t *slots, int64_t n, void *const *outs,
+                    int32_t *bad_col) {
+    int64_t packed = 0, raw = 0;
+    for (int32_t c = 0; c < r->n_cols; c++)
+        *(r->packed[c] ? &packed : &raw) += r->row_bytes[c] * n;
+    int threads = fr_pool_threads();
+    if (threads < 2 || n < 2 ||
+        (packed < POOL_MIN_DECODE_BYTES && raw < POOL_MIN_RAW_BYTES))
+        return fr_ring_copy_rows(r, slots, 0, n, outs, bad_col);
+    int shares = n < threads * SHARES_PER_THREAD ? (int)n : threads * SHARES_PER_THREAD;
+    copy_job j = {.r = r, .slots = slots, .n = n, .shares = shares, .outs = outs,
+                  .bad_col = -1};
+    atomic_init(&j.rc, FR_OK);
+    fr_pool_run(copy_share, &j, shares);
+    *bad_col = j.bad_col;
+    return atomic_load(&j.rc);
+}
+
+/* With the mutex held: wait until min_size are stored. */
+static int wait_for(fr_ring *r, int64_t min_size, int64_t deadline) {
+    int64_t next_check = 0, start = 0;
+    int rc = FR_OK;
+    while (rc == FR_OK && !r->sealed && r->size < min_size) {
+        if (r->closed) {
+            rc = FR_ECLOSED;
+            break;
+        }
+        if (!start) {
+            start = fr_now_ns();
+            r->st.sample_stalls++;
+        }
+        rc = fr_cond_wait_until(&r->cv, &r->mu, deadline, &next_check);
+    }
+    if (start) r->st.sample_stall_ns += fr_now_ns() - start;
+    if (r->sealed) return FR_RING_MOVED;
+    return rc == FR_ETIMEOUT ? FR_ESAMPLE_TIMEOUT : rc;
+}
+
+int fr_ring_sample(fr_ring *r, int64_t n, int64_t min_size, int64_t timeout_ns,
+                   void *const *outs, uint64_t *keys, double *probs, double *prios,
+                   int64_t *size) {
+    int64_t *slots = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    double *u = r->prioritized ? malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)) : NULL;
+    if (!slots || (r->prioritized && !u)) {
+        free(slots);
+        free(u);
+        return FR_ENOMEM;
+    }
+    int64_t deadline = fr_deadline_from(timeout_ns);
+    pthread_mutex_lock(&r->mu);
+    int rc = wait_for(r, min_size > 1 ? min_size : 1, deadline);
+    if (rc != FR_OK) {
+        pthread_mutex_unlock(&r->mu);
+        free(slots);
+        free(u);
+        return rc;
+    }
+    uint64_t oldest = r->next_key - (uint64_t)r->size;
+    double total = r->prioritized ? fr_sumtree_total(&r->tree) : 0.0;
+    if (total > 0.0) {
+        for (int64_t i = 0; i < n; i++) u[i] = fr_rng_uniform(&r->rng);
+        fr_sumtree_find_many(&r->tree, (size_t)n, u, slots);
+        int64_t base = fr_ring_slot(r, oldest);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t d = slots[i] - base;
+            keys[i] = oldest + (uint64_t)(d < 0 ? d + r->cap : d);
+            probs[i] = fr_sumtree_get(&r->tree, (size_t)slots[i]) / total;
+        }
+    } else { /* uniform, or every weight zero (as fr_selector) */
+        double p = 1.0 / (double)r->size;
+        for (int64_t i = 0; i < n; i++) {
+            keys[i] = oldest + fr_rng_below(&r->rng, (uint64_t)r->size);
+            slots[i] = fr_ring_slot(r, keys[i]);
+            probs[i] = p;
+            __builtin_prefetch(r->data + slots[i] * r->rec);
+        }
+    }
+    int32_t bad_col = -1;
+    rc = copy_all(r, slots, n, outs, &bad_col);
+    if (rc == FR_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            rec_head *h = HEAD(r, slots[i]);
+            prios[i] = h->priority;
+            if (h->times++ == 0) r->st.unique_samples++;
+        }
+        r->st.samples += n;
+        *size = r->size;
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(slots);
+    free(u);
+    return rc;
+}
+
+
+int fr_ring_read(fr_ring *r, int64_t first, int64_t n, void *const *outs,
+                 uint64_t *keys, double *prios, int64_t *times) {
+    int64_t *slots = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    if (!slots) return FR_ENOMEM;
+    pthread_mutex_lock(&r->mu);
+    int rc = FR_EINVAL;
+    if (first >= 0 && n >= 0 && first + n <= r->size) {
+        uint64_t oldest = r->next_key - (uint64_t)r->size;
+        for (int64_t i = 0; i < n; i++) {
+            keys[i] = oldest + (uint64_t)(first + i);
+            slots[i] = fr_ring_slot(r, keys[i]);
+            prios[i] = HEAD(r, slots[i])->priority;
+            times[i] = HEAD(r, slots[i])->times;
+        }
+        int32_t bad_col = -1;
+        rc = fr_ring_copy_rows(r, slots, 0, n, outs, &bad_col);
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(slots);
+    return rc;
+}
