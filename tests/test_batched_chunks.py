@@ -37,8 +37,9 @@ def test_add_batch_makes_one_chunk_per_compressed_row_like_add() -> None:
     n = 300
     ids = np.arange(n)
     batched = ReplayBuffer(1000, seed=1)
-    batched.add_batch(obs=frames(ids), rid=ids)
     single = ReplayBuffer(1000, seed=1)
+    assert len(batched.table) == len(single.table) == 0  # the table form
+    batched.add_batch(obs=frames(ids), rid=ids)
     for i in ids:
         single.add(obs=frames(np.array([i]))[0], rid=np.int64(i))
     # obs: one chunk per row (the chunker's length for one-step items);
