@@ -219,3 +219,30 @@ void fr_pool_release(void) {
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&mu);
 }
+
+typedef struct range_job {
+    fr_pool_range_fn fn;
+    void *arg;
+    int64_t n, bad;
+    int shares;
+    atomic_int rc;
+} range_job;
+
+static void range_share(void *arg, int share, int slot) {
+    (void)slot;
+    range_job *j = arg;
+    int64_t lo = j->n * share / j->shares, hi = j->n * (share + 1) / j->shares;
+    int64_t bad = -1;
+    int rc = j->fn(j->arg, lo, hi, &bad);
+    int ok = 0;
+    if (rc != 0 && atomic_compare_exchange_strong(&j->rc, &ok, rc)) j->bad = bad;
+}
+
+int fr_pool_run_ranges(fr_pool_range_fn fn, void *arg, int64_t n, int shares,
+                       int64_t *bad) {
+    range_job j = {.fn = fn, .arg = arg, .n = n, .bad = -1, .shares = shares};
+    atomic_init(&j.rc, 0);
+    fr_pool_run(range_share, &j, shares);
+    *bad = j.bad;
+    return atomic_load(&j.rc);
+}

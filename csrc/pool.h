@@ -33,6 +33,8 @@
 #ifndef FASTREPLAY_POOL_H
 #define FASTREPLAY_POOL_H
 
+#include <stdint.h>
+
 #define FR_POOL_MAX_THREADS 64
 
 typedef void (*fr_pool_fn)(void *arg, int share, int slot);
@@ -55,5 +57,13 @@ void fr_pool_set_threads(int n);
  * another job is in flight. */
 int fr_pool_try_acquire(void);
 void fr_pool_release(void);
+
+/* A job over the items [0, n) cut into `shares` equal ranges of
+ * consecutive items: fn(arg, lo, hi, &bad) returns 0 (FR_OK) or a failing
+ * status with *bad set.  fr_pool_run_ranges returns the first failing
+ * status a range returned (*bad: that range's) or 0. */
+typedef int (*fr_pool_range_fn)(void *arg, int64_t lo, int64_t hi, int64_t *bad);
+int fr_pool_run_ranges(fr_pool_range_fn fn, void *arg, int64_t n, int shares,
+                       int64_t *bad);
 
 #endif /* FASTREPLAY_POOL_H */

@@ -1,7 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 /* fr_ring: sampling and reads (see ring.h); large ones on the worker pool. */
 
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "pool.h"
@@ -42,21 +41,15 @@ int fr_ring_copy_rows(fr_ring *r, const int64_t *slots, int64_t lo, int64_t hi,
 typedef struct copy_job {
     fr_ring *r;
     const int64_t *slots;
-    int64_t n;
-    int shares;
     void *const *outs;
-    atomic_int rc;
-    int32_t bad_col;
 } copy_job;
 
-static void copy_share(void *arg, int share, int slot) {
-    (void)slot;
+static int copy_range(void *arg, int64_t lo, int64_t hi, int64_t *bad) {
     copy_job *j = arg;
-    int64_t lo = j->n * share / j->shares, hi = j->n * (share + 1) / j->shares;
-    int32_t bad = -1;
-    int rc = fr_ring_copy_rows(j->r, j->slots, lo, hi, j->outs, &bad);
-    int ok = FR_OK;
-    if (rc != FR_OK && atomic_compare_exchange_strong(&j->rc, &ok, rc)) j->bad_col = bad;
+    int32_t col = -1;
+    int rc = fr_ring_copy_rows(j->r, j->slots, lo, hi, j->outs, &col);
+    *bad = col;
+    return rc;
 }
 
 /* fr_ring_copy_rows of slots[0..n), on the pool when it is large. */
@@ -70,12 +63,11 @@ static int copy_all(fr_ring *r, const int64_t *slots, int64_t n, void *const *ou
         (packed < POOL_MIN_DECODE_BYTES && raw < POOL_MIN_RAW_BYTES))
         return fr_ring_copy_rows(r, slots, 0, n, outs, bad_col);
     int shares = n < threads * SHARES_PER_THREAD ? (int)n : threads * SHARES_PER_THREAD;
-    copy_job j = {.r = r, .slots = slots, .n = n, .shares = shares, .outs = outs,
-                  .bad_col = -1};
-    atomic_init(&j.rc, FR_OK);
-    fr_pool_run(copy_share, &j, shares);
-    *bad_col = j.bad_col;
-    return atomic_load(&j.rc);
+    copy_job j = {.r = r, .slots = slots, .outs = outs};
+    int64_t bad = -1;
+    int rc = fr_pool_run_ranges(copy_range, &j, n, shares, &bad);
+    *bad_col = (int32_t)bad;
+    return rc;
 }
 
 /* With the mutex held: wait until min_size are stored. */

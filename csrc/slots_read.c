@@ -2,7 +2,6 @@
 
 #include "pool.h"
 
-#include <stdatomic.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -107,21 +106,12 @@ static int copy_range(const fr_slots *s, const int64_t *slots, int64_t lo, int64
 typedef struct read_job {
     const fr_slots *s;
     const int64_t *slots;
-    int64_t n;
     void *const *outs;
-    int shares;
-    atomic_int rc;
-    int64_t bad; /* of the failed share (rc != FR_OK) */
 } read_job;
 
-static void read_share(void *arg, int share, int slot) {
-    (void)slot;
+static int read_range(void *arg, int64_t lo, int64_t hi, int64_t *bad) {
     read_job *j = arg;
-    int64_t lo = j->n * share / j->shares, hi = j->n * (share + 1) / j->shares;
-    int64_t bad = -1;
-    int rc = copy_range(j->s, j->slots, lo, hi, j->outs, &bad);
-    int ok = FR_OK;
-    if (rc != FR_OK && atomic_compare_exchange_strong(&j->rc, &ok, rc)) j->bad = bad;
+    return copy_range(j->s, j->slots, lo, hi, j->outs, bad);
 }
 
 int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *outs,
@@ -148,12 +138,8 @@ int fr_slots_read(fr_slots *s, int64_t n, const int64_t *slots, void *const *out
     int threads = rc == FR_OK && n * row_bytes >= FR_SLOTS_POOL_BYTES && n >= 64
                       ? fr_pool_threads() : 1;
     if (rc == FR_OK && threads > 1) {
-        read_job j = {.s = s, .slots = slots, .n = n, .outs = outs,
-                      .shares = threads, .bad = -1};
-        atomic_init(&j.rc, FR_OK);
-        fr_pool_run(read_share, &j, threads);
-        rc = atomic_load(&j.rc);
-        *bad = j.bad;
+        read_job j = {.s = s, .slots = slots, .outs = outs};
+        rc = fr_pool_run_ranges(read_range, &j, n, threads, bad);
     } else if (rc == FR_OK) {
         rc = copy_range(s, slots, 0, n, outs, bad);
     }

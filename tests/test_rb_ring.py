@@ -403,3 +403,23 @@ def test_first_insert_refused_leaves_the_buffer_empty() -> None:
     assert len(rb) == 0
     rb.add_batch(x=np.zeros((2, 3), np.float64))  # other fields are welcome now
     assert len(rb) == 2
+
+
+@pytest.mark.parametrize("compression", ["lz4", None])
+def test_large_samples_decode_on_the_pool(compression: str | None) -> None:
+    from fastreplay import _core
+
+    rb = ReplayBuffer(300, alpha=0.6, seed=9, compression=compression)
+    ids = np.arange(300)
+    frames = (ids[:, None, None] % 251 + np.zeros((1, 84, 84), np.int64)).astype(np.uint8)
+    frames[:, 0, :8] = (ids[:, None] >> np.arange(0, 64, 8)) & 255  # the id, bytewise
+    rb.add_batch(obs=frames, rid=ids, priorities=ids + 1.0)
+    assert in_ring(rb)
+    try:
+        for threads in (2, 1):  # 256 x 7 KB: past the pool's thresholds for lz4
+            _core._gather_threads(threads)
+            for _ in range(3):
+                out = rb.sample(256 if compression else 1400)
+                np.testing.assert_array_equal(out["obs"], frames[out["rid"]])
+    finally:
+        _core._gather_threads(0)  # back to the default
