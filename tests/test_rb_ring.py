@@ -411,7 +411,7 @@ def test_large_samples_decode_on_the_pool(compression: str | None) -> None:
 
     rb = ReplayBuffer(300, alpha=0.6, seed=9, compression=compression)
     ids = np.arange(300)
-    frames = (ids[:, None, None] % 251 + np.zeros((1, 84, 84), np.int64)).astype(np.uint8)
+    frames = np.broadcast_to(ids[:, None, None] % 251, (300, 84, 84)).astype(np.uint8)
     frames[:, 0, :8] = (ids[:, None] >> np.arange(0, 64, 8)) & 255  # the id, bytewise
     rb.add_batch(obs=frames, rid=ids, priorities=ids + 1.0)
     assert in_ring(rb)
