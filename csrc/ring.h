@@ -20,7 +20,9 @@
  *
  * Thread safety: every function takes the ring's mutex, so any thread may
  * call any of them without the GIL; fr_ring_sample waits (releasing the
- * mutex) until min_size transitions are stored.  Ownership: the ring owns
+ * mutex) until min_size transitions are stored, and decodes compressed rows
+ * after releasing it (holding a reference to each chunk, so an add that
+ * evicts the row meanwhile frees nothing it reads).  Ownership: the ring owns
  * its records; callers keep their input and output buffers for a call.
  */
 #ifndef FASTREPLAY_RING_H

@@ -58,10 +58,4 @@ FR_INLINE void fr_ring_copy(unsigned char *dst, const unsigned char *src, int64_
     }
 }
 
-/* Copy (decoding packed columns) the records of slots[lo..hi) into row i
- * of outs; with `count`, bump each record's times sampled.  FR_OK or
- * FR_ECORRUPT (*bad_col = the column). */
-int fr_ring_copy_rows(fr_ring *r, const int64_t *slots, int64_t lo, int64_t hi,
-                      void *const *outs, int32_t *bad_col);
-
 #endif /* FASTREPLAY_RING_INTERNAL_H */

@@ -423,3 +423,34 @@ def test_large_samples_decode_on_the_pool(compression: str | None) -> None:
                 np.testing.assert_array_equal(out["obs"], frames[out["rid"]])
     finally:
         _core._gather_threads(0)  # back to the default
+
+
+def test_compressed_rows_decoded_while_writers_evict_them() -> None:
+    # Samples decode after the ring's lock is released, holding the chunks:
+    # a writer evicting those rows meanwhile must not change what is read.
+    rb = ReplayBuffer(64, alpha=0.6, seed=6)
+
+    def frames(ids: np.ndarray) -> np.ndarray:
+        out = np.broadcast_to((ids % 251)[:, None, None], (len(ids), 16, 16))
+        return out.astype(np.uint8)  # 256 B rows: 'auto' compresses them
+
+    rb.add_batch(obs=frames(np.arange(64)), rid=np.arange(64))
+    stop = threading.Event()
+
+    def write() -> None:
+        for lo in range(64, 6400, 16):
+            ids = np.arange(lo, lo + 16)
+            rb.add_batch(obs=frames(ids), rid=ids)
+
+    def sample() -> None:
+        while not stop.is_set():
+            out = rb.sample(32)
+            np.testing.assert_array_equal(out["obs"], frames(out["rid"]))
+
+    sampler, writer = Worker(sample), Worker(write)
+    sampler.start()
+    writer.start()
+    join_workers([writer], lambda: None, JOIN_TIMEOUT * 3)
+    stop.set()
+    join_workers([sampler], lambda: None, JOIN_TIMEOUT)
+    assert in_ring(rb) and rb._store.stats()["live_chunks"] == 64  # noqa: SLF001
