@@ -122,10 +122,17 @@ def add(rb: ReplayBuffer, values: list[Any], prios: Any, default: float,
         return False
     key = ring.add(rb._paths, values, prios, default, batched)
     if key == -_core.RING_MOVED:
-        with rb._lock:  # until the move is complete
-            pass
+        wait_for_move(rb)
         return False
     return bool(key >= 0)
+
+
+def wait_for_move(rb: ReplayBuffer) -> None:
+    """Return once a move into the table (``to_table``, which holds the
+    buffer's lock throughout) is complete: for calls the sealed ring
+    refused, which then go to the table."""
+    with rb._lock:
+        pass
 
 
 def to_table(rb: ReplayBuffer) -> None:

@@ -468,12 +468,11 @@ class ReplayBuffer:
                 "timeout= (seconds, None: forever) to wait for other threads to add")
         ring = self._ring
         got = None
-        start = time.monotonic()
         if ring is not None:
+            start = time.monotonic()
             got = ring.sample(n, self._config["min_size"], timeout)
             if got is None:  # moved to the table: sample there once it is filled
-                with self._lock:
-                    pass
+                _rb_ring.wait_for_move(self)
         sizes: Any
         if got is not None:
             keys, probs, _, sizes, columns = got
@@ -510,8 +509,7 @@ class ReplayBuffer:
             if ring is None or not ring.update(key_array("replay_buffer", indexes),
                                                prios):
                 if ring is not None:  # moved to the table: update it once filled
-                    with self._lock:
-                        pass
+                    _rb_ring.wait_for_move(self)
                 self._table.update_priorities(indexes, prios)
             if len(prios):
                 self._max_priority = max(self._max_priority, float(prios.max()))
