@@ -366,6 +366,7 @@ include "_strings.pxi"
 include "_table.pxi"
 include "_codec.pxi"
 include "_steps.pxi"
+include "_npfast.pxi"
 include "_writer.pxi"
 include "_append_batch.pxi"
 include "_rows.pxi"
@@ -378,3 +379,5 @@ include "_structured.pxi"
 include "_checkpoint.pxi"
 include "_wire.pxi"
 include "_shm.pxi"
+
+_npfast_init()

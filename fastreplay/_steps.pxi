@@ -118,6 +118,10 @@ cdef int _step_put(_StepArrays *s, int32_t col, object v, object path,
     cdef Py_buffer *view
     cdef char kind = 0
     s.cols[i] = col
+    if not batched and _np_fast_put(spec, &s.rows[i], &s.strides[i], v):
+        s.total += s.strides[i]
+        s.n += 1
+        return 0
     if not batched and (type(v) is float or type(v) is int or type(v) is bool):
         _scalar_spec(v, spec, &s.scalars[i])
         s.rows[i] = &s.scalars[i]

@@ -57,7 +57,10 @@ cdef class FlattenPlan:
 
     def flatten(self, data):
         """Leaves of ``data`` in column order, or None on a mismatch."""
-        out = [None] * self.num_columns
+        return self._flatten(data)
+
+    cdef list _flatten(self, data):
+        cdef list out = [None] * self.num_columns
         if not _plan_walk(self.root, data, out):
             return None
         return out
@@ -229,13 +232,14 @@ cdef class _WriterBase:
             A value that is not numeric or bool.
         """
         self._check_open()
+        cdef FlattenPlan plan
         cdef StepReferences refs = StepReferences.__new__(StepReferences)
         cdef _WriterLock lock = self._core.lock  # one thread at a time
         lock.acquire()
         try:
             columns = self._columns
             plan = (<_ColumnsBase>columns)._plan
-            flat = None if plan is None else plan.flatten(data)
+            flat = None if plan is None else plan._flatten(data)
             if flat is None:
                 flat = columns._flatten_slow(data)
             self._core._append(flat, partial_step)
