@@ -19,8 +19,9 @@ SCALAR_TYPES = [np.float32, np.int32, np.int64, np.float64, np.bool_, np.uint8,
 
 @pytest.fixture()
 def client():
-    fifo = fastreplay.selectors.Fifo()
-    table = fastreplay.Table("t", fifo, fifo, 100, fastreplay.rate_limiters.MinSize(1))
+    sel = fastreplay.selectors
+    table = fastreplay.Table("t", sel.Fifo(), sel.Fifo(), 100,
+                             fastreplay.rate_limiters.MinSize(1))
     server = fastreplay.Server([table])
     yield server.localhost_client()
     server.stop()
