@@ -146,9 +146,12 @@ int fr_table_insert(fr_table *t, uint64_t key, double priority,
 /* Queue an insert-or-assign that never blocks: it happens, in FIFO order,
  * as soon as the rate limiter admits it, in whichever thread changes the
  * limiter state (this one, a sampler, a deleter).  Counts one pending insert
- * on `sync` until then.  An invalid priority fails before queueing.  On
- * success the table owns the payload.  FR_OK, FR_EPRIORITY_*, FR_ECLOSED or
- * FR_ENOMEM.  A queued insert that fails later (the table closes, or
+ * on `sync` until then.  An insert with nothing queued ahead that the
+ * limiter admits happens at once, uncounted; its failure (FR_EFULL,
+ * FR_ENOMEM) is returned and the caller keeps the payload.  An invalid
+ * priority fails before queueing.  On success the table owns the payload.
+ * FR_OK, FR_EPRIORITY_*, FR_ECLOSED, FR_EFULL or FR_ENOMEM.  A queued
+ * insert that fails later (the table closes, or
  * FR_ENOMEM/FR_EFULL when it is applied) is dropped and recorded with
  * fr_sync_fail. */
 int fr_table_insert_async(fr_table *t, uint64_t key, double priority,

@@ -72,6 +72,11 @@ int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
     pthread_mutex_lock(&t->mu);
     if (t->closed) {
         rc = FR_ECLOSED;
+    } else if (t->queue_len == 0 && fr_rate_limiter_can_insert(&t->limiter, 1)) {
+        /* Nothing queued ahead and admitted: insert now, without the queue
+         * and the sync's counters (a writer step's most common case). */
+        if ((rc = fr_table_insert_locked(t, key, priority, payload)) == FR_OK)
+            pthread_cond_broadcast(&t->can_sample_cv);
     } else if ((rc = queue_push(t, (fr_async_insert){key, priority, payload,
                                                       sync})) == FR_OK) {
         fr_sync_retain(sync);

@@ -13,7 +13,7 @@ from cpython.dict cimport (
     PyDict_Size,
 )
 from cpython.list cimport PyList_Check, PyList_GET_ITEM
-from cpython.object cimport PyObject
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 DEF _KIND_DICT = 0       # exactly dict: PyDict_GetItem
@@ -157,18 +157,7 @@ cdef class StepReferences:
         return repr(self.materialize())
 
 
-cdef bint _same_keys(dict d, tuple keys) noexcept:
-    """Whether d's keys are exactly ``keys`` (same objects, same order)."""
-    cdef Py_ssize_t pos = 0, i = 0
-    cdef PyObject *k
-    cdef PyObject *v
-    if PyDict_Size(d) != PyTuple_GET_SIZE(keys):
-        return False
-    while PyDict_Next(d, &pos, &k, &v):
-        if k != PyTuple_GET_ITEM(keys, i):
-            return False
-        i += 1
-    return True
+DEF _ITEM_FAST_MAX = 32  # flat dict items of at most this many columns
 
 
 cdef object _LEAF_SID = None
@@ -200,6 +189,8 @@ cdef class _WriterBase:
     cdef public tuple _item_keys
     cdef public tuple _item_order
     cdef public object _item_structure  # the cached item nest's registry id
+    cdef object _item_perm_of             # the _item_keys _item_perm is for
+    cdef Py_ssize_t _item_perm[_ITEM_FAST_MAX]  # key i's position in _item_order
 
     def __cinit__(self, *args, **kwargs):
         self._targets = {}
@@ -231,7 +222,8 @@ cdef class _WriterBase:
         TypeError
             A value that is not numeric or bool.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         cdef FlattenPlan plan
         cdef StepReferences refs = StepReferences.__new__(StepReferences)
         cdef _WriterLock lock = self._core.lock  # one thread at a time
@@ -277,7 +269,8 @@ cdef class _WriterBase:
             references, mixed dtypes or shapes, bad squeeze, a priority the
             table's selectors reject, or a signature mismatch.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         cdef _WriterLock lock = self._core.lock  # one thread at a time
         lock.acquire()
         try:
@@ -286,20 +279,25 @@ cdef class _WriterBase:
             lock.release()
 
     cdef _create_item(self, table, priority, trajectory):
+        cdef PyObject *flat[_ITEM_FAST_MAX]
+        cdef Py_ssize_t n = 0
+        if type(trajectory) is dict and self._item_keys is not None:
+            n = self._item_flat(<dict>trajectory, flat)
+        if n > 0:  # a flat dict of columns with the remembered keys
+            entry = self._targets.get(table)
+            if entry is None:
+                entry = self._target(table, [<object>flat[i] for i in range(n)])
+            if (<tuple>entry)[2]:
+                self._check_item(table, (<tuple>entry)[0],
+                                 [<object>flat[i] for i in range(n)])
+            self._core._create_flat((<tuple>entry)[1], priority, flat, n,
+                                    self._item_structure)
+            return
         cdef list columns = None
-        cdef Py_ssize_t i
-        if (type(trajectory) is dict and self._item_keys is not None
-                and _same_keys(<dict>trajectory, self._item_keys)):
-            columns = [(<dict>trajectory)[k] for k in self._item_order]
-            structure = self._item_structure  # its id in the nest registry
-            for i in range(len(columns)):
-                if type(columns[i]) is not TrajectoryColumn:
-                    columns = None  # nested now: the general path
-                    break
-        elif type(trajectory) is TrajectoryColumn:  # one column, no nest
+        if type(trajectory) is TrajectoryColumn:  # one column, no nest
             columns = [trajectory]
             structure = _leaf_structure()
-        if columns is None:
+        else:
             columns, structure = self._item_columns(trajectory)
         entry = self._targets.get(table)
         if entry is None:
@@ -308,3 +306,25 @@ cdef class _WriterBase:
         if (<tuple>entry)[2]:
             self._check_item(table, (<tuple>entry)[0], columns)
         self._core._create(tcore, priority, columns, structure)
+
+    cdef Py_ssize_t _item_flat(self, dict d, PyObject **flat) except -1:
+        """The columns of ``d`` in flatten order into ``flat`` when its keys
+        are the remembered ones (same objects, same order) and every value is
+        a TrajectoryColumn; 0 otherwise (the general path)."""
+        cdef tuple keys = self._item_keys
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(keys), pos = 0, i = 0
+        cdef PyObject *k
+        cdef PyObject *v
+        if n > _ITEM_FAST_MAX or PyDict_Size(d) != n:
+            return 0
+        if self._item_perm_of is not keys:  # flatten position of each key
+            order = {key: j for j, key in enumerate(self._item_order)}
+            for j in range(n):
+                self._item_perm[j] = order[keys[j]]
+            self._item_perm_of = keys
+        while PyDict_Next(d, &pos, &k, &v):
+            if k != PyTuple_GET_ITEM(keys, i) or Py_TYPE(<object>v) != <PyTypeObject *>TrajectoryColumn:
+                return 0
+            flat[self._item_perm[i]] = v
+            i += 1
+        return n

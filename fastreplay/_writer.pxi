@@ -7,6 +7,7 @@
 # forward reference, see _core.pyx).
 
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.object cimport PyObject
 from cpython.pythread cimport (
     NOWAIT_LOCK,
     PyThread_acquire_lock,
@@ -15,6 +16,10 @@ from cpython.pythread cimport (
     PyThread_release_lock,
     PyThread_type_lock,
 )
+
+
+cdef extern from "Python.h":
+    PyObject **PySequence_Fast_ITEMS(object o)
 
 
 cdef extern from "pythread.h":
@@ -424,9 +429,17 @@ cdef class WriterCore:
 
     cdef uint64_t _create(self, TableCore table, double priority,
                           list columns, int32_t structure_id=0) except? 0:
-        cdef Py_ssize_t n = len(columns), total = 0, i, k, at = 0
+        return self._create_flat(table, priority, PySequence_Fast_ITEMS(columns),
+                                 len(columns), structure_id)
+
+    cdef uint64_t _create_flat(self, TableCore table, double priority,
+                               PyObject **columns, Py_ssize_t n,
+                               int32_t structure_id) except? 0:
+        """_create of the n columns at ``columns`` (borrowed references)."""
+        cdef Py_ssize_t total = 0, i, k, at = 0
         cdef TrajectoryColumn tc
-        for c in columns:
+        for i in range(n):
+            c = <object>columns[i]
             if type(c) is not TrajectoryColumn and not isinstance(c, TrajectoryColumn):
                 raise TypeError("All leaves of the trajectory must be "
                                 f"TrajectoryColumn, got {type(c).__name__}")
@@ -456,7 +469,7 @@ cdef class WriterCore:
             if not lens or not sq or not cv or not iv:
                 raise MemoryError()
             for i in range(n):
-                tc = columns[i]
+                tc = <TrajectoryColumn>columns[i]
                 lens[i] = <int32_t>tc.n
                 sq[i] = tc._squeeze
                 for k in range(tc.n):
@@ -472,7 +485,9 @@ cdef class WriterCore:
                                        n, lens, sq,
                                        cv, iv, &key, &bad_column, &bad_ref)
             if rc != FR_OK:
-                self._raise_create(rc, table, priority, columns, bad_column, bad_ref)
+                self._raise_create(rc, table, priority,
+                                   [<object>columns[i] for i in range(n)],
+                                   bad_column, bad_ref)
         finally:
             if lens != lens_s:
                 free(lens); free(sq)
