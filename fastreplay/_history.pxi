@@ -6,7 +6,19 @@
 # Needs: _writer.pxi (WriterCore, _WriterLock).
 
 cimport cython
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from cpython.slice cimport PySlice_GetIndicesEx
+
+
+cdef extern from "Python.h":
+    ctypedef struct _SliceFields "PySliceObject":
+        PyObject *start
+        PyObject *stop
+        PyObject *step
+    PyTypeObject PyLong_Type
+    # Without Cython's error check: a failure is cleared, not raised.
+    Py_ssize_t _as_ssize "PyLong_AsSsize_t"(object o) noexcept
 
 
 cdef str _NONE_REFS = ("TrajectoryColumns cannot contain any None data references: "
@@ -335,7 +347,19 @@ cdef class ColumnHistory:
     def __getitem__(self, val) -> TrajectoryColumn:
         cdef Py_ssize_t n = fr_writer_history_len(self._core._w)
         cdef Py_ssize_t start, stop, step, count, k
+        cdef PyObject *lo
         if type(val) is slice:
+            lo = (<_SliceFields *><PyObject *>val).start
+            if ((<_SliceFields *><PyObject *>val).stop == <PyObject *>None
+                    and (<_SliceFields *><PyObject *>val).step == <PyObject *>None
+                    and Py_TYPE(<object>lo) == &PyLong_Type):  # h[-5:]
+                start = _as_ssize(<object>lo)
+                if start == -1 and PyErr_Occurred():
+                    PyErr_Clear()  # beyond Py_ssize_t: the general path
+                elif -n <= start <= n:
+                    if start < 0:
+                        start += n
+                    return self._range(start, 1, n - start, False)
             PySlice_GetIndicesEx(val, n, &start, &stop, &step, &count)
             return self._range(start, step, count, False)
         if isinstance(val, (int, np.integer)):

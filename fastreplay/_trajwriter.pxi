@@ -49,8 +49,10 @@ cdef class FlattenPlan:
                 kind = _KIND_SEQ
             else:
                 kind = _KIND_MAPPING
-            return (kind, type(node), tuple(k for k, _ in pairs),
-                    tuple(compile_node(v, path + (k,)) for k, v in pairs))
+            keys = tuple(k for k, _ in pairs)
+            kids = tuple(compile_node(v, path + (k,)) for k, v in pairs)
+            # The key order of the last dict walked, and the kids in it.
+            return (kind, type(node), keys, kids, [(), ()])
 
         self.root = compile_node(structure, ())
         self.num_columns = len(column_of)
@@ -67,9 +69,10 @@ cdef class FlattenPlan:
 
 
 cdef bint _plan_walk(object node, object value, list out) except -1:
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i, n, pos = 0
     cdef PyObject *item
-    cdef tuple keys, kids
+    cdef PyObject *key
+    cdef tuple keys, kids, ikeys, ikids
     if type(node) is int:
         if PyDict_Check(value) or PyList_Check(value) or PyTuple_Check(value):
             return False  # a nest where the structure has a leaf
@@ -83,12 +86,28 @@ cdef bint _plan_walk(object node, object value, list out) except -1:
     if kind == _KIND_DICT:
         if PyDict_Size(value) != n:
             return False
+        # A step dict built like the first one has the same key objects in
+        # the same order: walk it without hashing.
+        order = (<tuple>node)[4]
+        ikeys, ikids = (<list>order)[0], (<list>order)[1]
+        i = 0
+        while PyDict_Next(value, &pos, &key, &item):
+            if key != PyTuple_GET_ITEM(ikeys, i):
+                break  # the lookups below overwrite what was filled
+            if not _plan_walk(<object>PyTuple_GET_ITEM(ikids, i), <object>item, out):
+                return False
+            i += 1
+        if i == n:
+            return True
         for i in range(n):
             item = PyDict_GetItemWithError(value, <object>PyTuple_GET_ITEM(keys, i))
             if item == NULL:
                 return False
             if not _plan_walk(<object>PyTuple_GET_ITEM(kids, i), <object>item, out):
                 return False
+        ikeys = tuple(value)  # the next dicts are likely built the same way
+        (<list>order)[0] = ikeys
+        (<list>order)[1] = tuple([kids[keys.index(k)] for k in ikeys])
         return True
     if kind == _KIND_SEQ:
         if len(value) != n:

@@ -1,0 +1,145 @@
+"""The writer step's shortcuts (session 12) give the same results as the
+general paths they skip: the flatten plan's walk of a step dict in its own
+key order, create_item's flat-dict item in flatten order, the h[-k:] slice,
+and the table insert that bypasses the async queue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastreplay
+from fastreplay import rate_limiters, selectors
+
+
+@pytest.fixture()
+def server():  # type: ignore[no-untyped-def]
+    tables = [fastreplay.Table("t", selectors.Fifo(), selectors.Fifo(), 1000,
+                               rate_limiters.MinSize(1), max_times_sampled=1),
+              fastreplay.Table("u", selectors.Uniform(), selectors.Fifo(), 1000,
+                               rate_limiters.MinSize(1))]
+    server = fastreplay.Server(tables)
+    yield server
+    server.stop()
+
+
+def _items(client, table, n):  # type: ignore[no-untyped-def]
+    """The data of the n items of ``table``, oldest first (Fifo sampler)."""
+    out = []
+    for _ in range(n):  # max_times_sampled=1: each sample removes the oldest
+        _, data = client.sample_batch(table, 1, timeout=5.0)
+        out.append({k: v[0] for k, v in data.items()})
+    return out
+
+
+def test_step_dicts_in_changing_key_orders(server) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(8) as w:
+        w.append({"a": np.int32(1), "b": np.float32(2), "c": {"x": 3.0, "y": 4}})
+        w.append({"b": np.float32(5), "a": np.int32(6), "c": {"y": 7, "x": 8.0}})
+        w.append({"c": {"x": 9.0, "y": 10}, "a": np.int32(11), "b": np.float32(12)})
+        w.append({"a": np.int32(13), "b": np.float32(14), "c": {"x": 15.0, "y": 16}})
+        w.append({"a": np.int32(17), "c": {"x": 18.0}, "b": np.float32(19)})  # no y
+        h = w.history
+        np.testing.assert_array_equal(h["a"][:].numpy(), [1, 6, 11, 13, 17])
+        np.testing.assert_array_equal(h["b"][:].numpy(), [2, 5, 12, 14, 19])
+        np.testing.assert_array_equal(h["c"]["x"][:].numpy(), [3, 8, 9, 15, 18])
+        np.testing.assert_array_equal(h["c"]["y"][:-1].numpy(), [4, 7, 10, 16])
+        with pytest.raises(ValueError, match="None"):
+            h["c"]["y"][-1:]
+        # A step with a key the structure lacks adds a column (general path).
+        w.append({"a": np.int32(20), "b": np.float32(21), "d": np.int8(1)})
+        assert len(w.history["d"]) == 6
+
+
+def test_flat_dict_items_in_any_key_order(server) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(5) as w:
+        for i in range(4):
+            w.append({"obs": np.full(2, i, np.float32), "act": np.int32(i)})
+            if i == 0:
+                continue
+            h = w.history
+            if i % 2:
+                traj = {"obs": h["obs"][-2:], "act": h["act"][-2:]}
+            else:
+                traj = {"act": h["act"][-2:], "obs": h["obs"][-2:]}
+            w.create_item("t", 1.0, traj)
+        w.flush()
+    items = _items(client, "t", 3)
+    for k, data in enumerate(items):
+        np.testing.assert_array_equal(data["act"], [k, k + 1])
+        np.testing.assert_array_equal(data["obs"], [[k, k], [k + 1, k + 1]])
+
+
+def test_flat_dict_item_errors_leave_the_writer_usable(server) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(5) as w:
+        w.append({"obs": np.zeros(2, np.float32), "act": np.int32(0)})
+        h = w.history
+        w.create_item("t", 1.0, {"obs": h["obs"][-1:], "act": h["act"][-1:]})
+        with pytest.raises(TypeError, match="TrajectoryColumn"):
+            w.create_item("t", 1.0, {"obs": h["obs"][-1:], "act": 5})
+        with pytest.raises(ValueError, match="could not be found"):
+            w.create_item("nope", 1.0, {"obs": h["obs"][-1:], "act": h["act"][-1:]})
+        with pytest.raises(ValueError, match="nan"):
+            w.create_item("t", float("nan"), {"obs": h["obs"][-1:],
+                                              "act": h["act"][-1:]})
+        w.create_item("u", 2.0, {"obs": h["obs"][-1:], "act": h["act"][-1:]})
+        w.flush()
+    assert client.server_info()["t"].current_size == 1
+    assert client.server_info()["u"].current_size == 1
+
+
+def test_wide_flat_items_take_the_general_path(server) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    keys = [f"k{i:02d}" for i in range(40)]  # more than the 32 of the shortcut
+    with client.trajectory_writer(2) as w:
+        w.append({k: np.int32(i) for i, k in enumerate(keys)})
+        w.create_item("t", 1.0, {k: w.history[k][-1:] for k in keys})
+        w.flush()
+    (data,) = _items(client, "t", 1)
+    assert [int(data[k][0]) for k in keys] == list(range(40))
+
+
+@pytest.mark.parametrize("start", [-5, -3, -1, 0, 2, 4, 5, -6, -100, 7, 10**30,
+                                   -(10**30)])
+def test_tail_slices_match_list_slices(server, start) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(10) as w:
+        for i in range(5):
+            w.append({"v": np.int64(i)})
+        col = w.history["v"][start:]
+        want = list(range(5))[start:]
+        assert len(col) == len(want)
+        if want:
+            np.testing.assert_array_equal(col.numpy(), want)
+        # The general path for the same positions.
+        assert list(col._ids) == list(w.history["v"][start:None:1]._ids)
+
+
+def test_direct_inserts_keep_order_behind_held_back_ones() -> None:
+    # A limiter that holds inserts back queues them; later items must not
+    # overtake them once it admits again.
+    table = fastreplay.Table("q", selectors.Fifo(), selectors.Fifo(), 100,
+                             rate_limiters.SampleToInsertRatio(1.0, 1, 2.0),
+                             max_times_sampled=1)
+    server = fastreplay.Server([table])
+    try:
+        client = server.localhost_client()
+        with client.trajectory_writer(1) as w:
+            for i in range(4):
+                w.append({"v": np.int32(i)})
+                w.create_item("q", 1.0, {"v": w.history["v"][-1:]})
+            # Two fit the limiter's error buffer (min 1, diff 2); the rest wait.
+            got = []
+            for _ in range(4):
+                (data,) = _items(client, "q", 1)
+                got.append(int(data["v"][0]))
+                if len(got) < 4:
+                    w.append({"v": np.int32(100 + len(got))})
+            w.flush(timeout_ms=5000)
+        assert got[:2] == [0, 1]
+        assert sorted(got) == got[:]
+    finally:
+        server.stop()
