@@ -362,6 +362,12 @@ cdef class ColumnHistory:
                     return self._range(start, 1, n - start, False)
             PySlice_GetIndicesEx(val, n, &start, &stop, &step, &count)
             return self._range(start, step, count, False)
+        if Py_TYPE(val) == &PyLong_Type:  # h[-1], the usual index
+            start = _as_ssize(val)
+            if start == -1 and PyErr_Occurred():
+                PyErr_Clear()  # beyond Py_ssize_t: out of range below
+            elif -n <= start < n:
+                return self._range(start + n if start < 0 else start, 1, 1, True)
         if isinstance(val, (int, np.integer)):
             if not -n <= val < n:
                 raise errors.HistoryIndexError(

@@ -143,3 +143,25 @@ def test_direct_inserts_keep_order_behind_held_back_ones() -> None:
         assert sorted(got) == got[:]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("index", [-5, -1, 0, 4, np.int64(-2), np.int32(3)])
+def test_int_indices_match_the_general_path(server, index) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(10) as w:
+        for i in range(5):
+            w.append({"v": np.int64(i)})
+        col = w.history["v"][index]
+        assert col.is_squeezed and len(col) == 1
+        assert int(col.numpy()) == list(range(5))[int(index)]
+
+
+@pytest.mark.parametrize("index", [5, -6, 10**30, -(10**30)])
+def test_int_indices_out_of_range(server, index) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(10) as w:
+        for i in range(5):
+            w.append({"v": np.int64(i)})
+        with pytest.raises(IndexError, match="out of range for 5 steps"):
+            w.history["v"][index]
+        assert len(w.history["v"][-1:]) == 1  # the writer goes on
