@@ -45,6 +45,38 @@ DEF _WIRE_MAX_COLUMNS = 1 << 16
 DEF _WIRE_MAX_SLICES = 1 << 20
 
 
+DEF _WIRE_SPEC_CACHE = 64  # specs export_wire looks up without a dict
+
+
+cdef struct _PtrSet:
+    # Open addressing over pointers (NULL = empty), at most half full.
+    void **slots
+    size_t mask
+
+
+cdef int _ptrset_init(_PtrSet *p, int64_t n) except -1:
+    cdef size_t cap = 16
+    while cap < <size_t>(2 * n):
+        cap *= 2
+    p.slots = <void **>calloc(cap, sizeof(void *))
+    if p.slots == NULL:
+        raise MemoryError()
+    p.mask = cap - 1
+    return 0
+
+
+cdef inline bint _ptrset_add(_PtrSet *p, void *x) noexcept:
+    """Add x; whether it was new."""
+    cdef size_t h = (<size_t>x >> 4) * <size_t>0x9E3779B97F4A7C15ULL
+    cdef size_t k = (h >> 17) & p.mask
+    while p.slots[k] != NULL:
+        if p.slots[k] == x:
+            return False
+        k = (k + 1) & p.mask
+    p.slots[k] = x
+    return True
+
+
 cdef void *_records(object arr, object dtype, str what) except NULL:
     """The data of a record array of ``dtype`` (FrameError-style
     DataLossError when it is not one)."""
@@ -72,14 +104,19 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
             break
         free(buf)
         cap = n + 16
-    cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0
+    cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0, n_keys = 0
     cdef fr_trajectory *t
-    cdef int32_t ci, si
+    cdef int32_t ci, si, sid
     cdef _WItem *iv
     cdef _WCol *cv
     cdef _WSlice *sv
     cdef fr_slice *s
-    specs, spec_ids, chunks, keys, seen = [], {}, [], [], set()
+    cdef _PtrSet seen
+    cdef uint64_t[::1] kv
+    cdef const fr_spec *spec_ptr[_WIRE_SPEC_CACHE]  # spec pointer -> its index
+    cdef int n_spec_ptr = 0
+    specs, spec_ids, chunks = [], {}, []
+    seen.slots = NULL
     try:
         for i in range(m):
             t = <fr_trajectory *><size_t>buf[i].payload
@@ -91,19 +128,30 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
         items = np.empty(m, ITEM_DTYPE)
         columns = np.empty(n_cols, COLUMN_DTYPE)
         slices = np.empty(n_slices, SLICE_DTYPE)
+        keys = np.empty(n_slices, np.uint64)
         iv = <_WItem *>_records(items, ITEM_DTYPE, "items")
         cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
         sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
+        kv = keys
+        _ptrset_init(&seen, n_slices)
         n_cols = n_slices = 0
         for i in range(m):
             t = <fr_trajectory *><size_t>buf[i].payload
             iv[i].key, iv[i].priority = buf[i].key, buf[i].priority
             iv[i].structure, iv[i].n_columns = t.structure_id, t.n_columns
             for ci in range(t.n_columns):
-                sid = spec_ids.get(<size_t>t.columns[ci].spec)
-                if sid is None:
-                    sid = spec_ids[<size_t>t.columns[ci].spec] = len(specs)
-                    specs.append(_spec_tuple(t.columns[ci].spec))
+                # Interned specs: a handful of pointers, looked up in C.
+                for sid in range(n_spec_ptr):
+                    if spec_ptr[sid] == t.columns[ci].spec:
+                        break
+                else:
+                    sid = spec_ids.get(<size_t>t.columns[ci].spec, -1)
+                    if sid < 0:
+                        sid = spec_ids[<size_t>t.columns[ci].spec] = len(specs)
+                        specs.append(_spec_tuple(t.columns[ci].spec))
+                    if n_spec_ptr < _WIRE_SPEC_CACHE:
+                        spec_ptr[n_spec_ptr] = t.columns[ci].spec
+                        n_spec_ptr += 1
                 cv[n_cols].spec = sid
                 cv[n_cols].squeeze = t.columns[ci].squeeze
                 cv[n_cols].n_slices = t.columns[ci].n_slices
@@ -114,23 +162,36 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
                     sv[n_slices].chunk = s.chunk.key
                     sv[n_slices].offset, sv[n_slices].length = s.offset, s.length
                     n_slices += 1
-                    if <size_t>s.chunk not in seen:
-                        seen.add(<size_t>s.chunk)
+                    if _ptrset_add(&seen, s.chunk):
                         fr_chunk_retain(s.chunk)
                         chunks.append(ChunkHandle.adopt(s.chunk))
-                        keys.append(s.chunk.key)
+                        kv[n_keys] = s.chunk.key
+                        n_keys += 1
     finally:
+        free(seen.slots)
         for i in range(n):
             fr_trajectory_payload_release(NULL, buf[i].payload)
         free(buf)
-    return items, columns, slices, specs, chunks, np.array(keys, dtype=np.uint64)
+    return items, columns, slices, specs, chunks, keys[:n_keys]
+
+
+cdef list _pick(list handles, index):
+    """``[handles[k] for k in index]`` without a Python int per element."""
+    cdef const Py_ssize_t[::1] iv = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
+    cdef Py_ssize_t k, n = len(handles)
+    cdef list out = [None] * iv.shape[0]
+    for k in range(iv.shape[0]):
+        if not 0 <= iv[k] < n:
+            raise IndexError(f"chunk index {iv[k]} out of range for {n} handles")
+        out[k] = handles[iv[k]]
+    return out
 
 
 def chunk_bytes(list handles, index=None) -> int:
     """The stored bytes of the ChunkHandles ``handles`` (``handles[index]``
     when an index array is given): what ``pack_chunks`` writes."""
     if index is not None:
-        handles = [handles[k] for k in np.asarray(index, dtype=np.intp).tolist()]
+        handles = _pick(handles, index)
     cdef Py_ssize_t k
     cdef int64_t total = 0
     cdef ChunkHandle h
@@ -147,7 +208,7 @@ def pack_chunks(list handles, index=None, out=None) -> tuple:
     writable buffer of ``chunk_bytes`` bytes or more, e.g. a region of a
     shared segment) when given, else in a new bytearray."""
     if index is not None:
-        handles = [handles[k] for k in np.asarray(index, dtype=np.intp).tolist()]
+        handles = _pick(handles, index)
     cdef Py_ssize_t k, n = len(handles)
     cdef int64_t total = chunk_bytes(handles)
     cdef ChunkHandle h
