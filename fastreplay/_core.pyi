@@ -187,12 +187,12 @@ def export_wire(
     np.ndarray[Any, Any],
     np.ndarray[Any, Any],
     list[tuple[str, int, tuple[int, ...]]],
-    list[ChunkHandle],
+    ChunkList,
     npt.NDArray[np.uint64],
 ]: ...
-def chunk_bytes(handles: list[ChunkHandle], index: Any = None) -> int: ...
+def chunk_bytes(handles: list[ChunkHandle] | ChunkList, index: Any = None) -> int: ...
 def pack_chunks(
-    handles: list[ChunkHandle], index: Any = None, out: Any = None
+    handles: list[ChunkHandle] | ChunkList, index: Any = None, out: Any = None
 ) -> tuple[np.ndarray[Any, Any], Any]: ...
 def restore_chunks(
     store: ChunkStore, chunk_map: dict[int, ChunkHandle], records: Any, data: Any
@@ -451,6 +451,11 @@ class ChunkHandle:
     @property
     def meta(self) -> dict[str, Any]: ...
     def data(self) -> bytes: ...
+
+@disjoint_base
+class ChunkList:
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: int, /) -> ChunkHandle: ...
 
 @disjoint_base
 class FlattenPlan:

@@ -5,6 +5,8 @@
 # Needs: _table.pxi (TableCore), _codec.pxi (ChunkStore), _checkpoint.pxi
 # (ChunkHandle, _spec_tuple, _spec_kind_ok).
 
+from libc.stdlib cimport realloc
+
 ITEM_DTYPE = np.dtype([("key", "<u8"), ("priority", "<f8"), ("structure", "<i4"),
                        ("n_columns", "<i4")])
 COLUMN_DTYPE = np.dtype([("spec", "<i4"), ("squeeze", "<i4"), ("n_slices", "<i4")])
@@ -115,7 +117,8 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     cdef uint64_t[::1] kv
     cdef const fr_spec *spec_ptr[_WIRE_SPEC_CACHE]  # spec pointer -> its index
     cdef int n_spec_ptr = 0
-    specs, spec_ids, chunks = [], {}, []
+    cdef ChunkList chunks = ChunkList()
+    specs, spec_ids = [], {}
     seen.slots = NULL
     try:
         for i in range(m):
@@ -164,7 +167,7 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
                     n_slices += 1
                     if _ptrset_add(&seen, s.chunk):
                         fr_chunk_retain(s.chunk)
-                        chunks.append(ChunkHandle.adopt(s.chunk))
+                        chunks._adopt(s.chunk)
                         kv[n_keys] = s.chunk.key
                         n_keys += 1
     finally:
@@ -175,61 +178,123 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     return items, columns, slices, specs, chunks, keys[:n_keys]
 
 
-cdef list _pick(list handles, index):
-    """``[handles[k] for k in index]`` without a Python int per element."""
-    cdef const Py_ssize_t[::1] iv = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
-    cdef Py_ssize_t k, n = len(handles)
-    cdef list out = [None] * iv.shape[0]
-    for k in range(iv.shape[0]):
-        if not 0 <= iv[k] < n:
-            raise IndexError(f"chunk index {iv[k]} out of range for {n} handles")
-        out[k] = handles[iv[k]]
+cdef class ChunkList:
+    """Retained chunks as a C array (what ``export_wire`` gives): indexing
+    gives a ChunkHandle, ``chunk_bytes`` and ``pack_chunks`` read them
+    without a Python object per chunk."""
+
+    cdef fr_chunk **_c
+    cdef Py_ssize_t _n, _cap
+
+    def __cinit__(self):
+        self._c, self._n, self._cap = NULL, 0, 0
+
+    def __dealloc__(self):
+        cdef Py_ssize_t k
+        for k in range(self._n):
+            fr_chunk_release(self._c[k])
+        free(self._c)
+
+    cdef int _adopt(self, fr_chunk *c) except -1:
+        """Append c, taking over one reference (released on failure)."""
+        cdef fr_chunk **grown
+        if self._n == self._cap:
+            grown = <fr_chunk **>realloc(self._c, max(16, 2 * self._cap)
+                                         * sizeof(fr_chunk *))
+            if grown == NULL:
+                fr_chunk_release(c)
+                raise MemoryError()
+            self._c, self._cap = grown, max(16, 2 * self._cap)
+        self._c[self._n] = c
+        self._n += 1
+        return 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, Py_ssize_t k) -> ChunkHandle:
+        if not 0 <= k < self._n:
+            raise IndexError(f"chunk index {k} out of range for {self._n} chunks")
+        fr_chunk_retain(self._c[k])
+        return ChunkHandle.adopt(self._c[k])
+
+
+cdef fr_chunk **_chunk_array(object handles, object index, Py_ssize_t *n) except NULL:
+    """The chunks of ``handles`` (a ChunkList or a list of ChunkHandle),
+    ``handles[index]`` when an index array is given, as a malloc'd array of
+    borrowed pointers (``handles`` keeps them alive; the caller frees it)."""
+    cdef Py_ssize_t k, m, total = len(handles)
+    cdef const Py_ssize_t[::1] iv
+    cdef ChunkList cl = handles if type(handles) is ChunkList else None
+    if index is not None:
+        iv = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
+        m = iv.shape[0]
+    else:
+        m = total
+    cdef fr_chunk **out = <fr_chunk **>malloc(max(m, 1) * sizeof(fr_chunk *))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for k in range(m):
+            j = iv[k] if index is not None else k
+            if not 0 <= j < total:
+                raise IndexError(f"chunk index {j} out of range for {total} chunks")
+            out[k] = cl._c[j] if cl is not None else (<ChunkHandle?>handles[j])._c
+    except BaseException:
+        free(out)
+        raise
+    n[0] = m
     return out
 
 
-def chunk_bytes(list handles, index=None) -> int:
-    """The stored bytes of the ChunkHandles ``handles`` (``handles[index]``
-    when an index array is given): what ``pack_chunks`` writes."""
-    if index is not None:
-        handles = _pick(handles, index)
-    cdef Py_ssize_t k
+def chunk_bytes(handles, index=None) -> int:
+    """The stored bytes of the chunks of ``handles`` (a ChunkList or a list
+    of ChunkHandle; ``handles[index]`` when an index array is given): what
+    ``pack_chunks`` writes."""
+    cdef Py_ssize_t k, n
     cdef int64_t total = 0
-    cdef ChunkHandle h
-    for k in range(len(handles)):
-        h = handles[k]
-        total += h._c.stored_bytes
+    cdef fr_chunk **c = _chunk_array(handles, index, &n)
+    for k in range(n):
+        total += c[k].stored_bytes
+    free(c)
     return total
 
 
-def pack_chunks(list handles, index=None, out=None) -> tuple:
-    """``(records, data)``: a CHUNK_DTYPE record per ChunkHandle (of
-    ``handles[index]`` when an index array is given) and their stored bytes
-    back to back (``at`` is each one's offset in data), in ``out`` (a
-    writable buffer of ``chunk_bytes`` bytes or more, e.g. a region of a
-    shared segment) when given, else in a new bytearray."""
-    if index is not None:
-        handles = _pick(handles, index)
-    cdef Py_ssize_t k, n = len(handles)
-    cdef int64_t total = chunk_bytes(handles)
-    cdef ChunkHandle h
-    records = np.empty(n, CHUNK_DTYPE)
-    if out is None:
-        data = bytearray(total)
-    else:
-        data = out
-        if len(memoryview(out).cast("B")) < total:
-            raise ValueError(f"pack_chunks: {total} bytes do not fit the buffer given")
-    cdef _WChunk *rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
-    cdef unsigned char[::1] dv = data if total else bytearray(1)
-    total = 0
-    for k in range(n):
-        h = handles[k]
-        rv[k] = _WChunk(h._c.key, h._c.episode_id, h._c.first_step, h._c.last_step,
-                        h._c.row_bytes, h._c.n_rows, h._c.compressed,
-                        h._c.stored_bytes, total)
-        if h._c.stored_bytes:
-            memcpy(&dv[total], h._c.data, h._c.stored_bytes)
-        total += h._c.stored_bytes
+def pack_chunks(handles, index=None, out=None) -> tuple:
+    """``(records, data)``: a CHUNK_DTYPE record per chunk of ``handles``
+    (as ``chunk_bytes`` takes them) and their stored bytes back to back
+    (``at`` is each one's offset in data), in ``out`` (a writable buffer of
+    ``chunk_bytes`` bytes or more, e.g. a region of a shared segment) when
+    given, else in a new bytearray."""
+    cdef Py_ssize_t k, n
+    cdef int64_t total = 0
+    cdef fr_chunk **c = _chunk_array(handles, index, &n)
+    cdef fr_chunk *h
+    cdef _WChunk *rv
+    cdef unsigned char[::1] dv
+    try:
+        for k in range(n):
+            total += c[k].stored_bytes
+        records = np.empty(n, CHUNK_DTYPE)
+        if out is None:
+            data = bytearray(total)
+        else:
+            data = out
+            if len(memoryview(out).cast("B")) < total:
+                raise ValueError(f"pack_chunks: {total} bytes do not fit the buffer "
+                                 "given")
+        rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
+        dv = data if total else bytearray(1)
+        total = 0
+        for k in range(n):
+            h = c[k]
+            rv[k] = _WChunk(h.key, h.episode_id, h.first_step, h.last_step,
+                            h.row_bytes, h.n_rows, h.compressed, h.stored_bytes, total)
+            if h.stored_bytes:
+                memcpy(&dv[total], h.data, h.stored_bytes)
+            total += h.stored_bytes
+    finally:
+        free(c)
     return records, data
 
 

@@ -170,7 +170,7 @@ class Outbox:
                 self._ship(name, (items, columns, slices), specs, handles, keys)
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
-              handles: list[Any], keys: np.ndarray) -> None:
+              handles: Any, keys: np.ndarray) -> None:
         """Send the exported items in frames of FRAME_ITEMS without waiting
         for the server's replies (the server works on one frame while the
         next travels).  No Python runs per item or per chunk: an actor's
@@ -190,7 +190,7 @@ class Outbox:
             self._ship_part(table, part, specs, handles, wanted, at)
 
     def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
-                   specs: list[Any], handles: list[Any], wanted: np.ndarray,
+                   specs: list[Any], handles: Any, wanted: np.ndarray,
                    at: np.ndarray) -> None:
         """One frame with the chunks of keys ``wanted`` (``handles[at]``)
         the server does not keep yet.  The server waits for its rate
