@@ -49,10 +49,8 @@ cdef class FlattenPlan:
                 kind = _KIND_SEQ
             else:
                 kind = _KIND_MAPPING
-            keys = tuple(k for k, _ in pairs)
-            kids = tuple(compile_node(v, path + (k,)) for k, v in pairs)
-            # The key order of the last dict walked, and the kids in it.
-            return (kind, type(node), keys, kids, [(), ()])
+            return (kind, type(node), tuple(k for k, _ in pairs),
+                    tuple(compile_node(v, path + (k,)) for k, v in pairs))
 
         self.root = compile_node(structure, ())
         self.num_columns = len(column_of)
@@ -69,10 +67,9 @@ cdef class FlattenPlan:
 
 
 cdef bint _plan_walk(object node, object value, list out) except -1:
-    cdef Py_ssize_t i, n, pos = 0
+    cdef Py_ssize_t i, n
     cdef PyObject *item
-    cdef PyObject *key
-    cdef tuple keys, kids, ikeys, ikids
+    cdef tuple keys, kids
     if type(node) is int:
         if PyDict_Check(value) or PyList_Check(value) or PyTuple_Check(value):
             return False  # a nest where the structure has a leaf
@@ -86,28 +83,12 @@ cdef bint _plan_walk(object node, object value, list out) except -1:
     if kind == _KIND_DICT:
         if PyDict_Size(value) != n:
             return False
-        # A step dict built like the first one has the same key objects in
-        # the same order: walk it without hashing.
-        order = (<tuple>node)[4]
-        ikeys, ikids = (<list>order)[0], (<list>order)[1]
-        i = 0
-        while PyDict_Next(value, &pos, &key, &item):
-            if key != PyTuple_GET_ITEM(ikeys, i):
-                break  # the lookups below overwrite what was filled
-            if not _plan_walk(<object>PyTuple_GET_ITEM(ikids, i), <object>item, out):
-                return False
-            i += 1
-        if i == n:
-            return True
         for i in range(n):
             item = PyDict_GetItemWithError(value, <object>PyTuple_GET_ITEM(keys, i))
             if item == NULL:
                 return False
             if not _plan_walk(<object>PyTuple_GET_ITEM(kids, i), <object>item, out):
                 return False
-        ikeys = tuple(value)  # the next dicts are likely built the same way
-        (<list>order)[0] = ikeys
-        (<list>order)[1] = tuple([kids[keys.index(k)] for k in ikeys])
         return True
     if kind == _KIND_SEQ:
         if len(value) != n:
@@ -300,19 +281,20 @@ cdef class _WriterBase:
     cdef _create_item(self, table, priority, trajectory):
         cdef PyObject *flat[_ITEM_FAST_MAX]
         cdef Py_ssize_t n = 0
+        cdef list columns
         if type(trajectory) is dict and self._item_keys is not None:
             n = self._item_flat(<dict>trajectory, flat)
         if n > 0:  # a flat dict of columns with the remembered keys
             entry = self._targets.get(table)
-            if entry is None:
-                entry = self._target(table, [<object>flat[i] for i in range(n)])
-            if (<tuple>entry)[2]:
-                self._check_item(table, (<tuple>entry)[0],
-                                 [<object>flat[i] for i in range(n)])
+            if entry is None or (<tuple>entry)[2]:
+                columns = [<object>flat[i] for i in range(n)]
+                if entry is None:
+                    entry = self._target(table, columns)
+                if (<tuple>entry)[2]:
+                    self._check_item(table, (<tuple>entry)[0], columns)
             self._core._create_flat((<tuple>entry)[1], priority, flat, n,
                                     self._item_structure)
             return
-        cdef list columns = None
         if type(trajectory) is TrajectoryColumn:  # one column, no nest
             columns = [trajectory]
             structure = _leaf_structure()
@@ -342,7 +324,8 @@ cdef class _WriterBase:
                 self._item_perm[j] = order[keys[j]]
             self._item_perm_of = keys
         while PyDict_Next(d, &pos, &k, &v):
-            if k != PyTuple_GET_ITEM(keys, i) or Py_TYPE(<object>v) != <PyTypeObject *>TrajectoryColumn:
+            if (k != PyTuple_GET_ITEM(keys, i)
+                    or Py_TYPE(<object>v) != <PyTypeObject *>TrajectoryColumn):
                 return 0
             flat[self._item_perm[i]] = v
             i += 1
