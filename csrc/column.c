@@ -315,8 +315,9 @@ void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n) {
     double rows = 0.0, bytes = 0.0;
     int distinct = 0;
     for (int32_t i = 0; i < n; i++) {
-        int seen = 0;
-        for (int32_t j = 0; j < i; j++) seen |= chunks[j] == chunks[i];
+        /* Rows of one chunk come in a run: most repeats are the previous. */
+        int seen = i > 0 && chunks[i - 1] == chunks[i];
+        for (int32_t j = 0; j < i - 1 && !seen; j++) seen = chunks[j] == chunks[i];
         if (seen) continue;
         distinct++;
         rows += chunks[i]->n_rows;

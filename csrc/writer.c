@@ -268,8 +268,16 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         fr_traj_column *tc = &it.traj->columns[c];
         tc->squeeze = squeeze[c];
         if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
-        for (int32_t k = at; k < at + lens[c]; k++)
-            fr_trajectory_push_row(it.traj, c, cells[k]->chunk, cells[k]->offset);
+        /* One slice per run of consecutive rows of a chunk (what pushing
+         * row by row merges into). */
+        for (int32_t k = at, e; k < at + lens[c]; k = e) {
+            for (e = k + 1; e < at + lens[c] && cells[e]->chunk == cells[k]->chunk &&
+                            cells[e]->offset == cells[k]->offset + (e - k);
+                 e++) {
+            }
+            fr_trajectory_push_slice(it.traj, c, cells[k]->chunk, cells[k]->offset,
+                                     e - k);
+        }
     }
     if (fr_wq_push(w, it) != FR_OK) goto oom;
     for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */

@@ -162,6 +162,7 @@ def test_pickled_client_samples_in_a_task(two: Any, ray_session: Any) -> None:
     client = two.client()
     again = pickle.loads(pickle.dumps(client))
     assert again.num_shards == 2
+    _write(client, 0, range(900_000, 900_040))  # not only what earlier tests wrote
 
     @ray_session.remote(num_cpus=0)
     def learner(c: Any) -> int:
