@@ -309,8 +309,10 @@ static double mean(const double *x, int n) {
     return s / n;
 }
 
-void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n) {
+void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
+                       int32_t n_refs) {
     fr_tuner *t = &c->tuner;
+    int32_t n = n_chunks;
     if (!c->opt.autotune || n <= 0) return;
     double rows = 0.0, bytes = 0.0;
     int distinct = 0;
@@ -335,7 +337,7 @@ void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n) {
         }
     }
     push_stat(t->item_len, t->item_bps, &t->n_items, FR_TUNE_ITEMS,
-              rows / distinct, bytes / n);
+              rows / distinct, bytes / n_refs);
     if (t->n_items < FR_TUNE_ITEMS || t->n_chunks < FR_TUNE_CHUNKS) return;
 
     double avg_len = (mean(t->item_len, FR_TUNE_ITEMS) * FR_TUNE_ITEMS +

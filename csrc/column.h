@@ -158,8 +158,9 @@ int fr_column_read(fr_column *c, int64_t id, void *dst, void *scratch);
 int64_t fr_column_row_bytes(fr_column *c, int64_t id);
 int64_t fr_column_scratch_bytes(fr_column *c, int64_t id);
 
-/* Auto-tuning feedback: the item used n refs of this column, whose chunks
- * (all finalized) are chunks[0..n). */
-void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n);
+/* Auto-tuning feedback: the item used n_refs refs of this column, whose
+ * chunks (all finalized, repeats allowed) are chunks[0..n_chunks). */
+void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
+                       int32_t n_refs);
 
 #endif /* FASTREPLAY_COLUMN_H */

@@ -174,6 +174,19 @@ void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
 int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
                               int64_t step, int64_t count, int64_t *ids) {
     fr_column *c = &w->cols[col];
+    if (step == 1 && count > 0) {
+        /* Usually the newest `count` steps, each with a value: then the ids
+         * are consecutive too (ids and positions both increase, so equal
+         * spans mean one id per position), and all alive when the first is
+         * in the keep-alive window (it only moves forward). */
+        int64_t end = c->cells_base + c->cells_len;
+        int64_t first = cell_at(c, start, end - count), last = first + count - 1;
+        if (first >= 0 && last < end && fr_column_id_alive(c, first) &&
+            fr_column_slot(c, last)->hpos == start + count - 1) {
+            for (int64_t i = 0; i < count; i++) ids[i] = first + i;
+            return 0;
+        }
+    }
     int64_t missing = 0, hint = -1;
     for (int64_t i = 0; i < count; i++) {
         ids[i] = cell_at(c, start + i * step, hint);

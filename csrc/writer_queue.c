@@ -57,8 +57,37 @@ static void feedback(fr_writer *w, const fr_pending_item *it, const ref_run *run
                 if (cell) chunks[n++] = cell->chunk;
             }
         }
-        fr_column_on_item(c, chunks, n);
+        fr_column_on_item(c, chunks, n, n);
     }
+}
+
+/* feedback() read from the trajectory's slices (their chunks are the refs'
+ * chunks, one per run of rows) when every trajectory column refers to one
+ * writer column of its own with at most 64 refs, as history slices make
+ * them; 0 (nothing done) for any other item. */
+static int feedback_from_slices(fr_writer *w, const fr_pending_item *it) {
+    const fr_trajectory *t = it->traj;
+    int32_t wcol[16];
+    int32_t at = 0;
+    if (t->n_columns > 16) return 0;
+    for (int32_t c = 0; c < t->n_columns; at += t->columns[c].length, c++) {
+        int32_t len = t->columns[c].length;
+        if (len <= 0 || len > 64 || at + len > it->n_refs) return 0;
+        wcol[c] = it->cols[at];
+        for (int32_t k = at + 1; k < at + len; k++)
+            if (it->cols[k] != wcol[c]) return 0;
+        for (int32_t q = 0; q < c; q++)
+            if (wcol[q] == wcol[c]) return 0;
+    }
+    if (at != it->n_refs) return 0;
+    for (int32_t c = 0; c < t->n_columns; c++) {
+        const fr_traj_column *tc = &t->columns[c];
+        fr_chunk *chunks[64];
+        for (int32_t i = 0; i < tc->n_slices; i++)
+            chunks[i] = t->slices[tc->first_slice + i].chunk;
+        fr_column_on_item(&w->cols[wcol[c]], chunks, tc->n_slices, tc->length);
+    }
+    return 1;
 }
 
 /* Tuning feedback (when `tune`) and unpins of an item leaving the writer;
@@ -68,7 +97,7 @@ void fr_wq_release_refs(fr_writer *w, const fr_pending_item *it, int tune) {
     ref_run *runs = it->n_refs <= 16 ? inline_runs
                                      : malloc((size_t)it->n_refs * sizeof *runs);
     int32_t n_runs = runs ? ref_runs(it, runs) : 0;
-    if (tune && runs) feedback(w, it, runs, n_runs);
+    if (tune && runs && !feedback_from_slices(w, it)) feedback(w, it, runs, n_runs);
     unpin(w, it, runs, n_runs);
     if (runs != inline_runs) free(runs);
 }

@@ -363,3 +363,35 @@ def test_auto_tune_columns_are_tuned_independently() -> None:
     # Items only ever referenced y: x never received feedback.
     assert info(w, ("x",))["max_chunk_length"] == 1
     assert info(w, ("y",))["max_chunk_length"] > 3
+
+
+def _x_lengths(extra_columns: int, seed: int) -> list[int]:
+    """x's tuned lengths over a random workload whose items hold x's last k
+    steps plus the newest step of ``extra_columns`` one-row columns (their
+    chunks finalize at once, so items leave when x's chunk is done)."""
+    rng = np.random.default_rng(seed)
+    table = fifo_table(max_size=50)
+    w = TrajectoryWriter(table, KEEP, chunk_store=ChunkStore())
+    names = [f"y{i}" for i in range(extra_columns)]
+    for name in names:
+        w.configure((name,), num_keep_alive_refs=1, max_chunk_length=1)
+    lengths = []
+    for step in range(300):
+        w.append({"x": rng.random((16, 16), np.float32),
+                  **{n: np.float32(step) for n in names}})
+        k = int(rng.integers(1, min(step + 1, KEEP) + 1))
+        w.create_item("t", 1.0, {"x": w.history["x"][-k:],
+                                 **{n: w.history[n][-1:] for n in names}})
+        lengths.append(info(w)["max_chunk_length"])
+    w.flush()
+    return lengths
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auto_tune_feedback_is_the_same_on_both_paths(seed: int) -> None:
+    # Items of at most 16 columns, one writer column each, feed the tuner
+    # from their trajectory's slices; wider items from their cells.  x's
+    # feedback is the same either way, so its lengths must be too.
+    fast, general = _x_lengths(0, seed), _x_lengths(16, seed)
+    assert len(set(fast)) > 1  # the tuner moved
+    assert fast == general

@@ -165,3 +165,77 @@ def test_int_indices_out_of_range(server, index) -> None:  # type: ignore[no-unt
         with pytest.raises(IndexError, match="out of range for 5 steps"):
             w.history["v"][index]
         assert len(w.history["v"][-1:]) == 1  # the writer goes on
+
+
+def _ids_both_ways(h, n: int, k: int) -> tuple[list[int], list[int]]:
+    """Ids of the last k of n steps through the slice (cells_range) and
+    through a list of positions (cells_at, a separate path)."""
+    return list(h[-k:]._ids), list(h[list(range(n - k, n))]._ids)
+
+
+def test_tail_slice_ids_match_positions_with_pinned_cells() -> None:
+    # "v" keeps 2 alive; items wait for "u"'s long open chunk and pin older
+    # "v" cells, so a slice past v's window starts with cells alive by pins.
+    table = fastreplay.Table("p", selectors.Fifo(), selectors.Fifo(), 100,
+                             rate_limiters.MinSize(1))
+    server = fastreplay.Server([table])
+    try:
+        client = server.localhost_client()
+        with client.trajectory_writer(8) as w:
+            w.configure(("v",), num_keep_alive_refs=2, max_chunk_length=1)
+            w.configure(("u",), num_keep_alive_refs=8, max_chunk_length=8)
+            for i in range(6):
+                w.append({"v": np.int64(i), "u": np.int64(i)})
+                if i >= 1:
+                    w.create_item("p", 1.0, {"v": w.history["v"][-2:],
+                                             "u": w.history["u"][-1:]})
+            for k in (1, 2, 3, 4, 5):
+                got, want = _ids_both_ways(w.history["v"], 6, k)
+                assert got == want
+            np.testing.assert_array_equal(w.history["v"][-5:].numpy(), [1, 2, 3, 4, 5])
+            w.flush()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("missing_step", [0, 2, 3, 4])
+def test_tail_slices_over_a_gap_raise_like_positions(server, missing_step) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(10) as w:
+        for i in range(5):
+            step = {"a": np.int32(i)}
+            if i != missing_step:
+                step["b"] = np.float32(i)
+            w.append(step)
+        for k in range(1, 6):
+            gap = missing_step >= 5 - k
+            if gap:
+                with pytest.raises(ValueError):
+                    w.history["b"][-k:]
+                with pytest.raises(ValueError):
+                    w.history["b"][list(range(5 - k, 5))]
+            else:
+                got, want = _ids_both_ways(w.history["b"], 5, k)
+                assert got == want
+                np.testing.assert_array_equal(
+                    w.history["b"][-k:].numpy(), np.arange(5 - k, 5, dtype=np.float32))
+
+
+def test_tail_slices_after_end_episode(server) -> None:  # type: ignore[no-untyped-def]
+    client = server.localhost_client()
+    with client.trajectory_writer(4) as w:
+        for i in range(6):
+            w.append({"v": np.int64(i)})
+        w.end_episode(clear_buffers=False)
+        for i in range(3):
+            w.append({"v": np.int64(10 + i)})
+        n = 9
+        for k in (1, 2, 3, 4):
+            got, want = _ids_both_ways(w.history["v"], n, k)
+            assert got == want
+        np.testing.assert_array_equal(w.history["v"][-4:].numpy(), [5, 10, 11, 12])
+        with pytest.raises(ValueError):  # outside the keep-alive window
+            w.history["v"][-5:]
+        w.end_episode(clear_buffers=True)
+        w.append({"v": np.int64(20)})
+        np.testing.assert_array_equal(w.history["v"][-1:].numpy(), [20])
