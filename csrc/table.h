@@ -20,6 +20,7 @@
 #define FASTREPLAY_TABLE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "fr_common.h"
 #include "keymap.h"
@@ -82,7 +83,7 @@ typedef struct fr_sync {
     int closed;       /* set by fr_sync_close: waits return FR_ECLOSED */
     /* The first queued insert that failed and was dropped (its status, key
      * and table), until fr_sync_take_failure reports it; FR_OK if none. */
-    int failed;
+    atomic_int failed;   /* written under mu; fr_sync_failed reads it without */
     uint64_t failed_key;
     const fr_table *failed_table;
 } fr_sync;
