@@ -222,17 +222,19 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
     return FR_OK;
 }
 
-/* Slices the item's trajectory needs: runs of consecutive rows of one chunk
- * merge (as fr_trajectory_push_row does), so items stay small. */
-static int32_t count_slices(int32_t n_columns, const int32_t *lens,
-                            fr_cell *const *cells) {
+/* Split each column's rows into maximal runs of consecutive rows of one
+ * chunk (one slice each, what pushing row by row merges into, so items stay
+ * small): ends[r] is where run r stops.  Returns the number of runs. */
+static int32_t find_runs(int32_t n_columns, const int32_t *lens,
+                         fr_cell *const *cells, int32_t *ends) {
     int32_t n = 0;
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
-        const fr_cell *prev = NULL;
-        for (int32_t k = at; k < at + lens[c]; k++) {
-            n += !prev || prev->chunk != cells[k]->chunk ||
-                 prev->offset + 1 != cells[k]->offset;
-            prev = cells[k];
+        for (int32_t k = at, e; k < at + lens[c]; k = e) {
+            for (e = k + 1; e < at + lens[c] && cells[e]->chunk == cells[k]->chunk &&
+                            cells[e]->offset == cells[k]->offset + (e - k);
+                 e++) {
+            }
+            ends[n++] = e;
         }
     }
     return n;
@@ -254,8 +256,11 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     if (w->status != FR_OK) return w->status;
     if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
     fr_cell *inline_cells[64];  /* the cells, looked up once by the checks */
-    fr_cell **cells = total <= 64 ? inline_cells : malloc((size_t)total * sizeof *cells);
+    int32_t inline_ends[64];    /* find_runs' ends; after the cells on the heap */
+    fr_cell **cells = total <= 64 ? inline_cells
+                                  : malloc((size_t)total * (sizeof *cells + sizeof(int32_t)));
     if (!cells) return FR_ENOMEM;
+    int32_t *ends = cells == inline_cells ? inline_ends : (int32_t *)(cells + total);
     for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
         *bad_column = c;
         rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, cells + at,
@@ -272,25 +277,18 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           NULL};
     if (!it.ids) goto oom;
     it.cols = (int32_t *)(it.ids + total);
-    it.traj = fr_trajectory_new(n_columns, count_slices(n_columns, lens, cells));
+    it.traj = fr_trajectory_new(n_columns, find_runs(n_columns, lens, cells, ends));
     if (!it.traj) goto oom;
     it.traj->structure_id = structure_id;
     memcpy(it.cols, cols, (size_t)total * sizeof *cols);
     memcpy(it.ids, ids, (size_t)total * sizeof *ids);
-    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
+    for (int32_t c = 0, at = 0, r = 0; c < n_columns; at += lens[c], c++) {
         fr_traj_column *tc = &it.traj->columns[c];
         tc->squeeze = squeeze[c];
         if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
-        /* One slice per run of consecutive rows of a chunk (what pushing
-         * row by row merges into). */
-        for (int32_t k = at, e; k < at + lens[c]; k = e) {
-            for (e = k + 1; e < at + lens[c] && cells[e]->chunk == cells[k]->chunk &&
-                            cells[e]->offset == cells[k]->offset + (e - k);
-                 e++) {
-            }
+        for (int32_t k = at; k < at + lens[c]; k = ends[r++])
             fr_trajectory_push_slice(it.traj, c, cells[k]->chunk, cells[k]->offset,
-                                     e - k);
-        }
+                                     ends[r] - k);
     }
     if (fr_wq_push(w, it) != FR_OK) goto oom;
     for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */

@@ -239,3 +239,18 @@ def test_tail_slices_after_end_episode(server) -> None:  # type: ignore[no-untyp
         w.end_episode(clear_buffers=True)
         w.append({"v": np.int64(20)})
         np.testing.assert_array_equal(w.history["v"][-1:].numpy(), [20])
+
+
+def test_items_of_more_than_64_refs_keep_every_row(server) -> None:  # type: ignore[no-untyped-def]
+    # Past 64 refs create_item keeps its cells and runs on the heap.
+    client = server.localhost_client()
+    with client.trajectory_writer(200) as w:
+        w.configure(("a",), num_keep_alive_refs=200, max_chunk_length=7)
+        for i in range(150):
+            w.append({"a": np.int64(i), "b": np.float32(i)})
+        w.create_item("t", 1.0, {"a": w.history["a"][-130:],
+                                 "b": w.history["b"][list(range(149, 69, -2))]})
+        w.flush()
+    (data,) = _items(client, "t", 1)
+    np.testing.assert_array_equal(data["a"], np.arange(20, 150))
+    np.testing.assert_array_equal(data["b"], np.arange(149, 69, -2, dtype=np.float32))
