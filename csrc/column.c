@@ -236,10 +236,11 @@ int fr_column_configure(fr_column *c, fr_chunker_options opt) {
     return FR_OK;
 }
 
-void fr_column_unpin(fr_column *c, const int64_t *ids, int32_t n) {
-    for (int32_t k = 0; k < n; k++)
-        if (ids[k] >= c->cells_base && ids[k] < c->cells_base + c->cells_len)
-            fr_column_slot(c, ids[k])->pins--;
+void fr_column_unpin(fr_column *c, int64_t first, int32_t n) {
+    int64_t lo = first > c->cells_base ? first : c->cells_base;
+    int64_t hi = first + n < c->cells_base + c->cells_len ? first + n
+                                                           : c->cells_base + c->cells_len;
+    for (int64_t id = lo; id < hi; id++) fr_column_slot(c, id)->pins--;
     trim(c);
 }
 

@@ -146,8 +146,9 @@ static inline fr_cell *fr_column_cell(fr_column *c, int64_t id) {
 }
 
 /* A pending item pins its alive cells (cell->pins++, so they outlive the
- * keep-alive window); this unpins n of them, then drops expired cells. */
-void fr_column_unpin(fr_column *c, const int64_t *ids, int32_t n);
+ * keep-alive window); this unpins cells first .. first + n - 1, then drops
+ * expired cells. */
+void fr_column_unpin(fr_column *c, int64_t first, int32_t n);
 
 /* Copy the row of alive cell `id` into dst (fr_column_row_bytes bytes);
  * scratch holds one raw chunk (fr_column_scratch_bytes). */

@@ -271,35 +271,38 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
         }
     }
     *bad_column = -1;
-    fr_pending_item it = {fr_table_item_key(table, fr_rng_next(&w->rng)), priority,
-                          table, NULL, total,
-                          malloc((size_t)total * (sizeof(int64_t) + sizeof(int32_t))),
-                          NULL};
-    if (!it.ids) goto oom;
-    it.cols = (int32_t *)(it.ids + total);
-    it.traj = fr_trajectory_new(n_columns, find_runs(n_columns, lens, cells, ends));
-    if (!it.traj) goto oom;
-    it.traj->structure_id = structure_id;
-    memcpy(it.cols, cols, (size_t)total * sizeof *cols);
-    memcpy(it.ids, ids, (size_t)total * sizeof *ids);
+    /* Filled in place; it joins the queue with q_len++ at the end. */
+    fr_pending_item *it = fr_wq_tail(w);
+    if (!it) goto oom_cells;
+    it->key = fr_table_item_key(table, fr_rng_next(&w->rng));
+    it->priority = priority;
+    it->table = table;
+    it->n_refs = total;
+    it->traj = NULL;
+    it->heap = NULL;
+    if (fr_wq_set_runs(it, n_columns, lens, cols, ids) != FR_OK) goto oom;
+    it->traj = fr_trajectory_new(n_columns, find_runs(n_columns, lens, cells, ends));
+    if (!it->traj) goto oom;
+    it->traj->structure_id = structure_id;
     for (int32_t c = 0, at = 0, r = 0; c < n_columns; at += lens[c], c++) {
-        fr_traj_column *tc = &it.traj->columns[c];
+        fr_traj_column *tc = &it->traj->columns[c];
         tc->squeeze = squeeze[c];
         if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
         for (int32_t k = at; k < at + lens[c]; k = ends[r++])
-            fr_trajectory_push_slice(it.traj, c, cells[k]->chunk, cells[k]->offset,
+            fr_trajectory_push_slice(it->traj, c, cells[k]->chunk, cells[k]->offset,
                                      ends[r] - k);
     }
-    if (fr_wq_push(w, it) != FR_OK) goto oom;
+    w->q_len++;
     for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
     if (cells != inline_cells) free(cells);
-    *key = it.key;
+    *key = it->key;
     pump(w);
     return FR_OK;
 oom:
+    free(it->heap);
+    if (it->traj) fr_trajectory_release(it->traj);
+oom_cells:
     if (cells != inline_cells) free(cells);
-    free(it.ids);
-    if (it.traj) fr_trajectory_release(it.traj);
     return FR_ENOMEM;
 }
 
@@ -309,13 +312,16 @@ int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
     if (w->status != FR_OK) return w->status;
     if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
     for (int64_t i = 0; i < w->q_len - ignore_last; i++) {
-        fr_pending_item *it = fr_wq_at(w, i);
-        for (int32_t k = 0; k < it->n_refs; k++) {
-            fr_column *c = &w->cols[it->cols[k]];
-            fr_cell *cell = fr_column_cell(c, it->ids[k]);
-            if (cell && cell->chunk == c->open) {
-                int rc = fr_column_finalize(c);
-                if (rc != FR_OK) return rc;
+        const fr_pending_item *it = fr_wq_at(w, i);
+        const fr_ref_run *runs = fr_wq_runs(it);
+        for (int32_t r = 0; r < it->n_runs; r++) {
+            fr_column *c = &w->cols[runs[r].col];
+            for (int32_t k = 0; k < runs[r].count; k++) {
+                fr_cell *cell = fr_column_cell(c, runs[r].first + k);
+                if (cell && cell->chunk == c->open) {
+                    int rc = fr_column_finalize(c);
+                    if (rc != FR_OK) return rc;
+                }
             }
         }
     }

@@ -9,15 +9,31 @@
 
 #include <stdatomic.h>
 
+/* A run of an item's refs: cells first, first + 1, ... (count of them) of
+ * writer column col.  An item's runs are in reference order and never span
+ * two of its trajectory columns. */
+typedef struct fr_ref_run {
+    int64_t first;
+    int32_t col, count;
+} fr_ref_run;
+
+#define FR_INLINE_RUNS 4 /* history slices of up to 4 columns: no allocation */
+
 typedef struct fr_pending_item {
     uint64_t key;
     double priority;
     fr_table *table;
     fr_trajectory *traj;
-    int32_t n_refs;
-    int64_t *ids;  /* the item's refs, pinned while queued (one allocation: */
-    int32_t *cols; /* cols follows ids) */
+    int32_t n_refs, n_runs;
+    /* The refs, pinned while queued: heap when more than FR_INLINE_RUNS
+     * runs (fr_wq_runs), else inline_runs. */
+    fr_ref_run *heap;
+    fr_ref_run inline_runs[FR_INLINE_RUNS];
 } fr_pending_item;
+
+static inline const fr_ref_run *fr_wq_runs(const fr_pending_item *it) {
+    return it->heap ? it->heap : it->inline_runs;
+}
 
 struct fr_writer {
     fr_store *store;
@@ -38,14 +54,19 @@ struct fr_writer {
     atomic_int status;     /* FR_ECLOSED after close */
 };
 
-/* The queue of pending items, oldest first (a ring of w->q_cap entries). */
+/* The queue of pending items, oldest first (a ring of w->q_cap entries, a
+ * power of 2). */
 fr_pending_item *fr_wq_at(fr_writer *w, int64_t i);
-/* Append an item (FR_OK or FR_ENOMEM, the queue unchanged then). */
-int fr_wq_push(fr_writer *w, fr_pending_item it);
-/* Drop the oldest item's reference arrays and its queue entry. */
+/* The free entry after the newest item, for the caller to fill and then
+ * count with q_len++ (NULL without memory, the queue unchanged then). */
+fr_pending_item *fr_wq_tail(fr_writer *w);
+/* Record refs (cols[k], ids[k]) of an item whose trajectory columns hold
+ * lens[0..n_columns) of them as runs in *it (FR_OK or FR_ENOMEM). */
+int fr_wq_set_runs(fr_pending_item *it, int32_t n_columns, const int32_t *lens,
+                   const int32_t *cols, const int64_t *ids);
+/* Drop the oldest item's runs and its queue entry. */
 void fr_wq_pop(fr_writer *w);
-/* Tuning feedback (when `tune`) and unpins of an item leaving the writer;
- * without memory for its runs, no feedback. */
+/* Tuning feedback (when `tune`) and unpins of an item leaving the writer. */
 void fr_wq_release_refs(fr_writer *w, const fr_pending_item *it, int tune);
 
 #endif /* FASTREPLAY_WRITER_INTERNAL_H */

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastreplay
-from fastreplay import rate_limiters, selectors
+from fastreplay import errors, rate_limiters, selectors
 
 
 @pytest.fixture()
@@ -254,3 +254,48 @@ def test_items_of_more_than_64_refs_keep_every_row(server) -> None:  # type: ign
     (data,) = _items(client, "t", 1)
     np.testing.assert_array_equal(data["a"], np.arange(20, 150))
     np.testing.assert_array_equal(data["b"], np.arange(149, 69, -2, dtype=np.float32))
+
+
+def test_refs_in_many_runs_are_stored_pinned_and_released(server) -> None:  # type: ignore[no-untyped-def]
+    # Repeated, strided and mixed refs make 8 runs (more than fit inline).
+    client = server.localhost_client()
+    with client.trajectory_writer(6) as w:
+        for i in range(6):
+            w.append({"v": np.int64(i), "w": np.float32(i)})
+        h = w.history
+        w.create_item("t", 1.0, {"a": h["v"][[5, 5, 3, 1]], "b": h["w"][[0, 2, 4]],
+                                 "c": h["v"][-2:]})
+        w.flush()
+    (data,) = _items(client, "t", 1)
+    np.testing.assert_array_equal(data["a"], [5, 5, 3, 1])
+    np.testing.assert_array_equal(data["b"], [0, 2, 4])
+    np.testing.assert_array_equal(data["c"], [4, 5])
+
+
+def test_pins_hold_cells_while_queued_and_release_them_after() -> None:
+    table = fastreplay.Table("p", selectors.Fifo(), selectors.Fifo(), 100,
+                             rate_limiters.MinSize(1))
+    server = fastreplay.Server([table])
+    try:
+        client = server.localhost_client()
+        with client.trajectory_writer(8) as w:
+            w.configure(("v",), num_keep_alive_refs=2, max_chunk_length=1)
+            w.configure(("u",), num_keep_alive_refs=8, max_chunk_length=8)
+            w.append({"v": np.int64(0), "u": np.int64(0)})
+            w.append({"v": np.int64(1), "u": np.int64(1)})
+            old = w.history["v"][[0]]
+            # Queued behind u's open chunk: pins v0 (twice) and v1.
+            w.create_item("p", 1.0, {"v": w.history["v"][[1, 0, 0]],
+                                     "u": w.history["u"][-1:]})
+            for i in range(2, 6):
+                w.append({"v": np.int64(i), "u": np.int64(i)})
+            # v0 left v's window (2) but is pinned: still usable.
+            w.create_item("p", 1.0, {"v": old, "u": w.history["u"][-1:]})
+            w.flush()
+            assert client.server_info()["p"].current_size == 2
+            # Both items left: v0 is unpinned and expired now.
+            with pytest.raises(errors.InvalidArgumentError,
+                               match="expired"):
+                w.create_item("p", 1.0, {"v": old})
+    finally:
+        server.stop()
