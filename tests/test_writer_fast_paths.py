@@ -5,6 +5,8 @@ and the table insert that bypasses the async queue."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -173,9 +175,11 @@ def _ids_both_ways(h, n: int, k: int) -> tuple[list[int], list[int]]:
     return list(h[-k:]._ids), list(h[list(range(n - k, n))]._ids)
 
 
-def test_tail_slice_ids_match_positions_with_pinned_cells() -> None:
-    # "v" keeps 2 alive; items wait for "u"'s long open chunk and pin older
-    # "v" cells, so a slice past v's window starts with cells alive by pins.
+@contextlib.contextmanager
+def _pinning_writer():  # type: ignore[no-untyped-def]
+    """A client and writer whose column "v" keeps 2 cells alive while "u"
+    keeps 8 in chunks of 8: items referencing u's newest cell wait for its
+    chunk and pin older "v" cells past v's window."""
     table = fastreplay.Table("p", selectors.Fifo(), selectors.Fifo(), 100,
                              rate_limiters.MinSize(1))
     server = fastreplay.Server([table])
@@ -184,18 +188,24 @@ def test_tail_slice_ids_match_positions_with_pinned_cells() -> None:
         with client.trajectory_writer(8) as w:
             w.configure(("v",), num_keep_alive_refs=2, max_chunk_length=1)
             w.configure(("u",), num_keep_alive_refs=8, max_chunk_length=8)
-            for i in range(6):
-                w.append({"v": np.int64(i), "u": np.int64(i)})
-                if i >= 1:
-                    w.create_item("p", 1.0, {"v": w.history["v"][-2:],
-                                             "u": w.history["u"][-1:]})
-            for k in (1, 2, 3, 4, 5):
-                got, want = _ids_both_ways(w.history["v"], 6, k)
-                assert got == want
-            np.testing.assert_array_equal(w.history["v"][-5:].numpy(), [1, 2, 3, 4, 5])
-            w.flush()
+            yield client, w
     finally:
         server.stop()
+
+
+def test_tail_slice_ids_match_positions_with_pinned_cells() -> None:
+    # A slice past v's window starts with cells alive only by pins.
+    with _pinning_writer() as (_, w):
+        for i in range(6):
+            w.append({"v": np.int64(i), "u": np.int64(i)})
+            if i >= 1:
+                w.create_item("p", 1.0, {"v": w.history["v"][-2:],
+                                         "u": w.history["u"][-1:]})
+        for k in (1, 2, 3, 4, 5):
+            got, want = _ids_both_ways(w.history["v"], 6, k)
+            assert got == want
+        np.testing.assert_array_equal(w.history["v"][-5:].numpy(), [1, 2, 3, 4, 5])
+        w.flush()
 
 
 @pytest.mark.parametrize("missing_step", [0, 2, 3, 4])
@@ -273,29 +283,19 @@ def test_refs_in_many_runs_are_stored_pinned_and_released(server) -> None:  # ty
 
 
 def test_pins_hold_cells_while_queued_and_release_them_after() -> None:
-    table = fastreplay.Table("p", selectors.Fifo(), selectors.Fifo(), 100,
-                             rate_limiters.MinSize(1))
-    server = fastreplay.Server([table])
-    try:
-        client = server.localhost_client()
-        with client.trajectory_writer(8) as w:
-            w.configure(("v",), num_keep_alive_refs=2, max_chunk_length=1)
-            w.configure(("u",), num_keep_alive_refs=8, max_chunk_length=8)
-            w.append({"v": np.int64(0), "u": np.int64(0)})
-            w.append({"v": np.int64(1), "u": np.int64(1)})
-            old = w.history["v"][[0]]
-            # Queued behind u's open chunk: pins v0 (twice) and v1.
-            w.create_item("p", 1.0, {"v": w.history["v"][[1, 0, 0]],
-                                     "u": w.history["u"][-1:]})
-            for i in range(2, 6):
-                w.append({"v": np.int64(i), "u": np.int64(i)})
-            # v0 left v's window (2) but is pinned: still usable.
-            w.create_item("p", 1.0, {"v": old, "u": w.history["u"][-1:]})
-            w.flush()
-            assert client.server_info()["p"].current_size == 2
-            # Both items left: v0 is unpinned and expired now.
-            with pytest.raises(errors.InvalidArgumentError,
-                               match="expired"):
-                w.create_item("p", 1.0, {"v": old})
-    finally:
-        server.stop()
+    with _pinning_writer() as (client, w):
+        w.append({"v": np.int64(0), "u": np.int64(0)})
+        w.append({"v": np.int64(1), "u": np.int64(1)})
+        old = w.history["v"][[0]]
+        # Queued behind u's open chunk: pins v0 (twice) and v1.
+        w.create_item("p", 1.0, {"v": w.history["v"][[1, 0, 0]],
+                                 "u": w.history["u"][-1:]})
+        for i in range(2, 6):
+            w.append({"v": np.int64(i), "u": np.int64(i)})
+        # v0 left v's window (2) but is pinned: still usable.
+        w.create_item("p", 1.0, {"v": old, "u": w.history["u"][-1:]})
+        w.flush()
+        assert client.server_info()["p"].current_size == 2
+        # Both items left: v0 is unpinned and expired now.
+        with pytest.raises(errors.InvalidArgumentError, match="expired"):
+            w.create_item("p", 1.0, {"v": old})
