@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 fr_writer *fr_writer_new(fr_store *store, uint64_t seed,
                          fr_chunker_options default_opt) {
