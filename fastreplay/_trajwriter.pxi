@@ -35,6 +35,13 @@ cdef class FlattenPlan:
 
     cdef object root                # node: column int, or (kind, type, keys, kids)
     cdef readonly Py_ssize_t num_columns
+    # A flat dict root (every child a leaf, at most _STEP_INLINE columns):
+    # its column per key, and the keys in the order callers' dicts iterate
+    # them (learnt from a call, same objects), for _dict_leaves.
+    cdef dict _col_of_key
+    cdef tuple _order
+    cdef int32_t _order_cols[_STEP_INLINE]
+    cdef int _learnt
 
     def __init__(self, structure, dict column_of) -> None:
         from fastreplay import _nest
@@ -54,10 +61,58 @@ cdef class FlattenPlan:
 
         self.root = compile_node(structure, ())
         self.num_columns = len(column_of)
+        root = self.root
+        if (type(root) is tuple and root[0] == _KIND_DICT and root[1] is dict
+                and self.num_columns <= _STEP_INLINE
+                and all(type(kid) is int for kid in root[3])):
+            self._col_of_key = dict(zip(root[2], root[3]))
 
     def flatten(self, data):
         """Leaves of ``data`` in column order, or None on a mismatch."""
         return self._flatten(data)
+
+    cdef Py_ssize_t _dict_leaves(self, dict d, PyObject **vals) except -2:
+        """The values of flat dict ``d`` per column into ``vals`` (NULL where
+        absent; num_columns entries) when the plan is a flat dict of these
+        keys and ``d`` iterates them as learnt (the same key objects in the
+        same order: one pass, no lookups); -1 otherwise (``_flatten``)."""
+        cdef Py_ssize_t n, pos = 0, i = 0
+        cdef PyObject *k
+        cdef PyObject *v
+        if self._col_of_key is None:
+            return -1
+        n = PyDict_Size(d)
+        if n != len(self._col_of_key):
+            return -1
+        if self._order is None or PyTuple_GET_SIZE(self._order) != n:
+            if not self._learn(d):
+                return -1
+        for i in range(self.num_columns):
+            vals[i] = NULL
+        i = 0
+        while PyDict_Next(d, &pos, &k, &v):
+            if k != PyTuple_GET_ITEM(self._order, i):
+                return self._dict_leaves(d, vals) if self._learn(d) else -1
+            if PyDict_Check(<object>v) or PyList_Check(<object>v) or PyTuple_Check(<object>v):
+                return -1  # a nest where the plan has a leaf
+            vals[self._order_cols[i]] = v
+            i += 1
+        return self.num_columns
+
+    cdef bint _learn(self, dict d) except -1:
+        """Remember the key order of ``d`` (its keys are the plan's); at most
+        a few times, so that keys equal but never the same objects do not
+        make every call learn."""
+        if self._learnt >= 4 or len(d) != len(self._col_of_key):
+            return False
+        cols = [self._col_of_key.get(k, -1) for k in d]
+        if -1 in cols:
+            return False
+        self._learnt += 1
+        self._order = tuple(d)
+        for i, c in enumerate(cols):
+            self._order_cols[i] = c
+        return True
 
     cdef list _flatten(self, data):
         cdef list out = [None] * self.num_columns
@@ -225,16 +280,24 @@ cdef class _WriterBase:
         if self._closed:
             self._check_open()
         cdef FlattenPlan plan
+        cdef PyObject *vals[_STEP_INLINE]
+        cdef Py_ssize_t n
         cdef StepReferences refs = StepReferences.__new__(StepReferences)
         cdef _WriterLock lock = self._core.lock  # one thread at a time
         lock.acquire()
         try:
             columns = self._columns
             plan = (<_ColumnsBase>columns)._plan
-            flat = None if plan is None else plan._flatten(data)
-            if flat is None:
-                flat = columns._flatten_slow(data)
-            self._core._append(flat, partial_step)
+            n = -1
+            if plan is not None and type(data) is dict:
+                n = plan._dict_leaves(<dict>data, vals)
+            if n >= 0:
+                self._core._append_vals(vals, n, partial_step)
+            else:
+                flat = None if plan is None else plan._flatten(data)
+                if flat is None:
+                    flat = columns._flatten_slow(data)
+                self._core._append(flat, partial_step)
             refs._position = fr_writer_history_len(self._core._w) - 1
             refs._generation = self._generation
         finally:

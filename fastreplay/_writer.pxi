@@ -107,6 +107,11 @@ cdef int _raise_writer_status(int rc) except -1:
     return _raise_for_status(rc, "writer")
 
 
+cdef inline bint _has_value(PyObject *v) noexcept:
+    """A step value slot that holds a value (not NULL, not None)."""
+    return v != NULL and v != <PyObject *>None
+
+
 cdef class WriterCore:
     """WriterCore(store, seed, num_keep_alive_refs, max_chunk_length=None, throughput_weight=1.0)
 
@@ -283,7 +288,12 @@ cdef class WriterCore:
             self.lock.release()
 
     cdef int _append(self, list flat, bint partial) except -1:
-        cdef Py_ssize_t c, n = len(flat), m = 0
+        return self._append_vals(PySequence_Fast_ITEMS(flat), len(flat), partial)
+
+    cdef int _append_vals(self, PyObject **flat, Py_ssize_t n, bint partial) except -1:
+        """Append one step: ``flat[c]`` is column c's value (NULL or None:
+        none), borrowed for the call."""
+        cdef Py_ssize_t c, m = 0
         cdef _StepInline inline
         cdef _StepArrays *a = &inline.a
         cdef _Step heap = None
@@ -293,19 +303,19 @@ cdef class WriterCore:
         if n > fr_writer_num_columns(self._w):
             raise ValueError(f"{n} values for {fr_writer_num_columns(self._w)} columns")
         for c in range(n):
-            if flat[c] is not None:
+            if _has_value(flat[c]):
                 m += 1
         if m > _STEP_INLINE:
-            heap = _Step(self._paths, [c for c in range(n) if flat[c] is not None],
-                         [v for v in flat if v is not None], 0)
+            cols = [c for c in range(n) if _has_value(flat[c])]
+            heap = _Step(self._paths, cols, [<object>flat[c] for c in cols], 0)
             a = &heap.a
         else:
             _step_inline_init(&inline)
         try:
             if heap is None:
                 for c in range(n):
-                    if flat[c] is not None:
-                        _step_put(a, c, flat[c], self._paths[c], 0)
+                    if _has_value(flat[c]):
+                        _step_put(a, c, <object>flat[c], self._paths[c], 0)
             job = _AppendJob(&self._w, 1, a, NULL, partial, -1)
             if a.total >= _NOGIL_MIN_BYTES:
                 rc = _run_gil_free(_append_envs, &job)
@@ -315,8 +325,8 @@ cdef class WriterCore:
         finally:
             _step_release(a)
         if rc != FR_OK:
-            cols = [c for c in range(n) if flat[c] is not None]
-            self._raise_append(rc, cols, [flat[c] for c in cols], bad, 0)
+            cols = [c for c in range(n) if _has_value(flat[c])]
+            self._raise_append(rc, cols, [<object>flat[c] for c in cols], bad, 0)
         return 0
 
     cdef _raise_append(self, int rc, list cols, list values, int32_t bad,

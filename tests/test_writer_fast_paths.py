@@ -299,3 +299,54 @@ def test_pins_hold_cells_while_queued_and_release_them_after() -> None:
         # Both items left: v0 is unpinned and expired now.
         with pytest.raises(errors.InvalidArgumentError, match="expired"):
             w.create_item("p", 1.0, {"v": old})
+
+
+def _flat_writer(server):  # type: ignore[no-untyped-def]
+    w = server.localhost_client().trajectory_writer(16)
+    w.append({"a": np.int32(0), "b": np.float32(0), "c": np.int32(0)})
+    return w
+
+
+def test_flat_step_dicts_in_any_order_and_with_other_key_objects(server) -> None:  # type: ignore[no-untyped-def]
+    """append's one-pass walk of a flat dict (keys and order learnt from a
+    call) gives what the general walk gives: for changing orders, keys that
+    are equal but other objects (learnt a few times, then the general path),
+    None values and partial steps."""
+    w = _flat_writer(server)
+    orders = [("a", "b", "c"), ("c", "a", "b"), ("b", "c", "a")] * 3
+    for i, order in enumerate(orders, start=1):
+        values = {"a": np.int32(i), "b": np.float32(10 * i), "c": np.int32(100 * i)}
+        # New key objects on odd steps: equal strings, other identities.
+        keys = [k if i % 2 == 0 else "".join(list(k)) for k in order]
+        w.append({k: values[k[0]] for k in keys})
+    n = len(orders)
+    w.append({"a": np.int32(-1), "b": None, "c": np.int32(-3)})  # b has no value
+    w.append({"a": np.int32(-4)}, partial_step=True)
+    w.append({"b": np.float32(-5), "c": np.int32(-6)})
+    h = w.history
+    np.testing.assert_array_equal(h["a"][:].numpy(), [0, *range(1, n + 1), -1, -4])
+    np.testing.assert_array_equal(h["b"][:n + 1].numpy(),
+                                  [0, *(10 * i for i in range(1, n + 1))])
+    np.testing.assert_array_equal(h["b"][-1:].numpy(), [-5])
+    with pytest.raises(ValueError, match="None"):
+        h["b"][-2:-1]
+    np.testing.assert_array_equal(h["c"][:].numpy(),
+                                  [0, *(100 * i for i in range(1, n + 1)), -3, -6])
+    w.close()
+
+
+def test_flat_step_dict_refusals_match_the_general_walk(server) -> None:  # type: ignore[no-untyped-def]
+    """Refused flat steps: the first bad column in column order is named
+    (as the general walk reports it), a nest where a leaf was is the general
+    path's mismatch, and nothing is written."""
+    w = _flat_writer(server)
+    for _ in range(2):  # the second time through the learnt order
+        with pytest.raises(errors.InvalidArgumentError,
+                           match=r"column \('b',\)\. Got int64 but expected float"):
+            w.append({"c": np.float64(1), "b": np.int64(2), "a": np.int32(3)})
+        with pytest.raises(ValueError, match=r"Structure mismatch at \('a',\)"):
+            w.append({"a": {"x": 1}, "b": np.float32(2), "c": np.int32(3)})
+        assert len(w.history["a"]) == 1
+    w.append({"c": np.int32(7), "b": np.float32(8), "a": np.int32(9)})
+    np.testing.assert_array_equal(w.history["c"][:].numpy(), [0, 7])
+    w.close()
