@@ -83,8 +83,7 @@ int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
     return newest >= 0 && w->last_set[col] == newest;
 }
 
-/* Hand ready items at the head of the queue to their tables, in order. */
-static void pump(fr_writer *w) {
+void fr_writer_pump(fr_writer *w) {
     while (w->q_len > 0 && w->status == FR_OK) {
         fr_pending_item *it = fr_wq_at(w, 0);
         if (!fr_trajectory_ready(it->traj)) return;
@@ -141,7 +140,7 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
         w->hlen++;
         w->episode_steps++;
     }
-    pump(w);
+    fr_writer_pump(w);
     return FR_OK;
 }
 
@@ -195,116 +194,6 @@ int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
     return missing;
 }
 
-static int check_column(fr_writer *w, int32_t len, int squeeze,
-                        const int32_t *cols, const int64_t *ids, fr_cell **cells,
-                        int32_t *bad_ref) {
-    *bad_ref = 0;
-    if (len == 0) return FR_EEMPTY;
-    for (int32_t k = 0; k < len; k++) {
-        *bad_ref = k;
-        if (cols[k] < 0 || cols[k] >= w->n_cols ||
-            !(cells[k] = fr_column_cell(&w->cols[cols[k]], ids[k])))
-            return FR_EEXPIRED;
-    }
-    *bad_ref = len;
-    if (squeeze && len != 1) return FR_ESQUEEZE;
-    const fr_spec *first = len ? &w->cols[cols[0]].spec : NULL;
-    for (int32_t k = 1; k < len; k++) {
-        if (cols[k] == cols[k - 1]) continue;  /* one column: one spec */
-        const fr_spec *s = &w->cols[cols[k]].spec;
-        *bad_ref = k;
-        if (s->dtype != first->dtype || s->itemsize != first->itemsize)
-            return FR_EDTYPE;
-        if (!fr_spec_equal(s, first)) return FR_ESHAPE;
-    }
-    *bad_ref = -1;
-    return FR_OK;
-}
-
-/* Split each column's rows into maximal runs of consecutive rows of one
- * chunk (one slice each, what pushing row by row merges into, so items stay
- * small): ends[r] is where run r stops.  Returns the number of runs. */
-static int32_t find_runs(int32_t n_columns, const int32_t *lens,
-                         fr_cell *const *cells, int32_t *ends) {
-    int32_t n = 0;
-    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
-        for (int32_t k = at, e; k < at + lens[c]; k = e) {
-            for (e = k + 1; e < at + lens[c] && cells[e]->chunk == cells[k]->chunk &&
-                            cells[e]->offset == cells[k]->offset + (e - k);
-                 e++) {
-            }
-            ends[n++] = e;
-        }
-    }
-    return n;
-}
-
-int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
-                          int32_t structure_id,
-                          int32_t n_columns, const int32_t *lens,
-                          const uint8_t *squeeze, const int32_t *cols,
-                          const int64_t *ids, uint64_t *key,
-                          int32_t *bad_column, int32_t *bad_ref) {
-    *bad_column = *bad_ref = -1;
-    int32_t total = 0;
-    for (int32_t c = 0; c < n_columns; c++) total += lens[c];
-    if (total == 0) return FR_EEMPTY;
-    if (isnan(priority)) return FR_EPRIORITY_NAN;
-    int rc = fr_table_check_priority(table, priority);
-    if (rc != FR_OK) return rc;
-    if (w->status != FR_OK) return w->status;
-    if (fr_sync_failed(w->sync) != FR_OK) return FR_EASYNC;
-    fr_cell *inline_cells[64];  /* the cells, looked up once by the checks */
-    int32_t inline_ends[64];    /* find_runs' ends; after the cells on the heap */
-    fr_cell **cells = total <= 64 ? inline_cells
-                                  : malloc((size_t)total * (sizeof *cells + sizeof(int32_t)));
-    if (!cells) return FR_ENOMEM;
-    int32_t *ends = cells == inline_cells ? inline_ends : (int32_t *)(cells + total);
-    for (int32_t c = 0, at = 0; c < n_columns; at += lens[c], c++) {
-        *bad_column = c;
-        rc = check_column(w, lens[c], squeeze[c], cols + at, ids + at, cells + at,
-                          bad_ref);
-        if (rc != FR_OK) {
-            if (cells != inline_cells) free(cells);
-            return rc;
-        }
-    }
-    *bad_column = -1;
-    /* Filled in place; it joins the queue with q_len++ at the end. */
-    fr_pending_item *it = fr_wq_tail(w);
-    if (!it) goto oom_cells;
-    it->key = fr_table_item_key(table, fr_rng_next(&w->rng));
-    it->priority = priority;
-    it->table = table;
-    it->n_refs = total;
-    it->traj = NULL;
-    it->heap = NULL;
-    if (fr_wq_set_runs(it, n_columns, lens, cols, ids) != FR_OK) goto oom;
-    it->traj = fr_trajectory_new(n_columns, find_runs(n_columns, lens, cells, ends));
-    if (!it->traj) goto oom;
-    it->traj->structure_id = structure_id;
-    for (int32_t c = 0, at = 0, r = 0; c < n_columns; at += lens[c], c++) {
-        fr_traj_column *tc = &it->traj->columns[c];
-        tc->squeeze = squeeze[c];
-        if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
-        for (int32_t k = at; k < at + lens[c]; k = ends[r++])
-            fr_trajectory_push_slice(it->traj, c, cells[k]->chunk, cells[k]->offset,
-                                     ends[r] - k);
-    }
-    w->q_len++;
-    for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
-    if (cells != inline_cells) free(cells);
-    *key = it->key;
-    pump(w);
-    return FR_OK;
-oom:
-    free(it->heap);
-    if (it->traj) fr_trajectory_release(it->traj);
-oom_cells:
-    if (cells != inline_cells) free(cells);
-    return FR_ENOMEM;
-}
-
 int64_t fr_writer_pending(fr_writer *w) { return w->q_len + fr_sync_pending(w->sync); }
 
 int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
@@ -324,7 +213,7 @@ int fr_writer_flush(fr_writer *w, int64_t ignore_last, int64_t timeout_ns) {
             }
         }
     }
-    pump(w);
+    fr_writer_pump(w);
     if (w->status != FR_OK) return w->status;
     int64_t allowed = ignore_last - w->q_len;
     return fr_sync_wait(w->sync, allowed < 0 ? 0 : allowed, timeout_ns);

@@ -67,6 +67,13 @@ void fr_writer_cells_at(fr_writer *w, int32_t col, int64_t n,
 int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
                               int64_t step, int64_t count, int64_t *ids);
 
+/* A run of `count` consecutive cells first, first + 1, ... of writer column
+ * `col` (what a history slice h[k][-n:] refers to). */
+typedef struct fr_ref_run {
+    int64_t first;
+    int32_t col, count;
+} fr_ref_run;
+
 /* Queue an item for `table`: column c of the trajectory has lens[c] refs
  * (cols[k], ids[k]) in order; squeeze[c] marks squeezed columns.  Validates
  * like Reverb (empty trajectory FR_EEMPTY, NaN priority FR_EPRIORITY_NAN,
@@ -82,6 +89,14 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                           const uint8_t *squeeze, const int32_t *cols,
                           const int64_t *ids, uint64_t *key,
                           int32_t *bad_column, int32_t *bad_ref);
+
+/* fr_writer_create_item for an item whose trajectory column c is the one
+ * run runs[c] (lens[c] = runs[c].count; cols and ids the run's cells): the
+ * same checks, errors and result, without expanding the refs. */
+int fr_writer_create_item_runs(fr_writer *w, fr_table *table, double priority,
+                               int32_t structure_id, int32_t n_columns,
+                               const fr_ref_run *runs, const uint8_t *squeeze,
+                               uint64_t *key, int32_t *bad_column, int32_t *bad_ref);
 
 /* Items queued here plus items queued in tables. */
 int64_t fr_writer_pending(fr_writer *w);

@@ -12,11 +12,6 @@
 /* A run of an item's refs: cells first, first + 1, ... (count of them) of
  * writer column col.  An item's runs are in reference order and never span
  * two of its trajectory columns. */
-typedef struct fr_ref_run {
-    int64_t first;
-    int32_t col, count;
-} fr_ref_run;
-
 #define FR_INLINE_RUNS 4 /* history slices of up to 4 columns: no allocation */
 
 typedef struct fr_pending_item {
@@ -64,6 +59,10 @@ fr_pending_item *fr_wq_tail(fr_writer *w);
  * lens[0..n_columns) of them as runs in *it (FR_OK or FR_ENOMEM). */
 int fr_wq_set_runs(fr_pending_item *it, int32_t n_columns, const int32_t *lens,
                    const int32_t *cols, const int64_t *ids);
+/* Record the n runs `runs` (already formed) in *it (FR_OK or FR_ENOMEM). */
+int fr_wq_store_runs(fr_pending_item *it, const fr_ref_run *runs, int32_t n);
+/* Hand ready items at the head of the queue to their tables, in order. */
+void fr_writer_pump(fr_writer *w);
 /* Drop the oldest item's runs and its queue entry. */
 void fr_wq_pop(fr_writer *w);
 /* Tuning feedback (when `tune`) and unpins of an item leaving the writer. */

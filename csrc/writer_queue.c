@@ -23,18 +23,25 @@ int fr_wq_set_runs(fr_pending_item *it, int32_t n_columns, const int32_t *lens,
             runs[n++] = (fr_ref_run){ids[k], cols[k], e - k};
         }
     }
+    if (runs != local && n > FR_INLINE_RUNS) {
+        it->n_runs = n;
+        it->heap = runs;  /* the n_refs-long buffer (freed with the item) */
+        return FR_OK;
+    }
+    int rc = fr_wq_store_runs(it, runs, n);
+    if (runs != local) free(runs);
+    return rc;
+}
+
+int fr_wq_store_runs(fr_pending_item *it, const fr_ref_run *runs, int32_t n) {
     it->n_runs = n;
     it->heap = NULL;
     if (n <= FR_INLINE_RUNS) {
         memcpy(it->inline_runs, runs, (size_t)n * sizeof *runs);
-    } else if (runs == local) {
-        if (!(it->heap = malloc((size_t)n * sizeof *runs))) return FR_ENOMEM;
-        memcpy(it->heap, runs, (size_t)n * sizeof *runs);
-    } else {
-        it->heap = runs;  /* the n_refs-long buffer (freed with the item) */
         return FR_OK;
     }
-    if (runs != local) free(runs);
+    if (!(it->heap = malloc((size_t)n * sizeof *runs))) return FR_ENOMEM;
+    memcpy(it->heap, runs, (size_t)n * sizeof *runs);
     return FR_OK;
 }
 

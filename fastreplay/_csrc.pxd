@@ -360,6 +360,13 @@ cdef extern from "writer.h" nogil:
                             const int64_t *pos, int64_t *ids)
     int64_t fr_writer_cells_range(fr_writer *w, int32_t col, int64_t start,
                                   int64_t step, int64_t count, int64_t *ids)
+    ctypedef struct fr_ref_run:
+        int64_t first
+        int32_t col, count
+    int fr_writer_create_item_runs(fr_writer *w, fr_table *table, double priority,
+                                   int32_t structure_id, int32_t n_columns,
+                                   const fr_ref_run *runs, const uint8_t *squeeze,
+                                   uint64_t *key, int32_t *bad_column, int32_t *bad_ref)
     int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
                               int32_t structure_id,
                               int32_t n_columns, const int32_t *lens,

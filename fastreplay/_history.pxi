@@ -88,6 +88,7 @@ cdef class TrajectoryColumn:
     cdef int32_t col               # the column of every cell when cols is NULL
     cdef int32_t *cols             # per-cell columns (heap), or NULL
     cdef int64_t *ids              # cell ids: _inline or heap
+    cdef bint _run                 # ids are consecutive cells of column col
     cdef int64_t _inline[_TC_INLINE]
 
     def __cinit__(self, *args, **kwargs):
@@ -316,6 +317,9 @@ cdef class ColumnHistory:
         if missing:
             self._raise_missing([c.ids[k] for k in range(count)],
                                 [start + k * step for k in range(count)])
+        # Every position of a step-1 range has a cell: ids and positions both
+        # increase, so the ids are consecutive (fr_writer_cells_range).
+        c._run = step == 1 and count > 0
         return c
 
     cdef _raise_missing(self, list ids, list positions=None):

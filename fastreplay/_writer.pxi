@@ -448,6 +448,8 @@ cdef class WriterCore:
         """_create of the n columns at ``columns`` (borrowed references)."""
         cdef Py_ssize_t total = 0, i, k, at = 0
         cdef TrajectoryColumn tc
+        cdef fr_ref_run runs[16]
+        cdef bint as_runs = n <= 16
         for i in range(n):
             c = <object>columns[i]
             if type(c) is not TrajectoryColumn and not isinstance(c, TrajectoryColumn):
@@ -457,6 +459,12 @@ cdef class WriterCore:
             if tc.n and tc._core is not self:
                 raise ValueError("TrajectoryColumn refers to another writer's cells")
             total += tc.n
+            if as_runs and tc._run and tc.cols == NULL:
+                runs[i].first, runs[i].col, runs[i].count = tc.ids[0], tc.col, tc.n
+            else:
+                as_runs = False
+        if as_runs:  # history slices h[k][-n:]: one run per column
+            return self._create_runs(table, priority, columns, n, runs, structure_id)
         # Stack arrays for the usual few short columns, else the heap.
         cdef int32_t lens_s[16]
         cdef uint8_t sq_s[16]
@@ -486,9 +494,7 @@ cdef class WriterCore:
                     cv[at + k] = tc.col_at(k)
                     iv[at + k] = tc.ids[k]
                 at += tc.n
-            if table._t != self._last_table:  # for failure reports
-                self._table_names[<size_t>table._t] = table.name
-                self._last_table = table._t
+            self._note_table(table)
             # Short and non-blocking: keeping the GIL is cheaper than handing
             # it over twice.
             rc = fr_writer_create_item(self._w, table._t, priority, structure_id,
@@ -504,6 +510,32 @@ cdef class WriterCore:
             if cv != cv_s:
                 free(cv); free(iv)
         return key
+
+    cdef uint64_t _create_runs(self, TableCore table, double priority,
+                               PyObject **columns, Py_ssize_t n, fr_ref_run *runs,
+                               int32_t structure_id) except? 0:
+        """_create_flat of columns that are one run each (``runs``)."""
+        cdef uint8_t sq[16]
+        cdef uint64_t key = 0
+        cdef int32_t bad_column = -1, bad_ref = -1
+        cdef Py_ssize_t i
+        for i in range(n):
+            sq[i] = (<TrajectoryColumn>columns[i])._squeeze
+        self._note_table(table)
+        cdef int rc = fr_writer_create_item_runs(self._w, table._t, priority,
+                                                 structure_id, n, runs, sq, &key,
+                                                 &bad_column, &bad_ref)
+        if rc != FR_OK:
+            self._raise_create(rc, table, priority,
+                               [<object>columns[i] for i in range(n)],
+                               bad_column, bad_ref)
+        return key
+
+    cdef inline void _note_table(self, TableCore table):
+        """Remember the table's name for failure reports."""
+        if table._t != self._last_table:
+            self._table_names[<size_t>table._t] = table.name
+            self._last_table = table._t
 
     cdef _raise_create(self, int rc, TableCore table, double priority, list columns,
                        int32_t bad_column, int32_t bad_ref):

@@ -350,3 +350,33 @@ def test_flat_step_dict_refusals_match_the_general_walk(server) -> None:  # type
     w.append({"c": np.int32(7), "b": np.float32(8), "a": np.int32(9)})
     np.testing.assert_array_equal(w.history["c"][:].numpy(), [0, 7])
     w.close()
+
+
+def test_history_slice_items_match_items_of_their_refs(server) -> None:  # type: ignore[no-untyped-def]
+    """An item of history slices (one run of consecutive cells per column,
+    create_item's runs path) stores what the same cells given as WeakCellRef
+    lists store (the general path), and refuses expired cells the same way."""
+    client = server.localhost_client()
+    with client.trajectory_writer(4) as w:
+        steps = [w.append({"a": np.int32(i), "b": np.float32(-i)}) for i in range(7)]
+        h = w.history
+        for k in (1, 3, 4):
+            w.create_item("t", 1.0, {"a": h["a"][-k:], "b": h["b"][-1]})
+            w.create_item("t", 1.0, {
+                "a": fastreplay.TrajectoryColumn([s["a"] for s in steps[-k:]]),
+                "b": fastreplay.TrajectoryColumn([steps[-1]["b"]], squeeze=True)})
+        old = {"a": h["a"][-4:]}
+        refs = {"a": fastreplay.TrajectoryColumn([s["a"] for s in steps[-4:]])}
+        w.append({"a": np.int32(7), "b": np.float32(-7)})  # steps[-4] expires
+        messages = []
+        for item in (old, refs):
+            with pytest.raises(errors.InvalidArgumentError) as info:
+                w.create_item("t", 1.0, item)
+            messages.append(str(info.value))
+        assert messages[0] == messages[1] and "expired" in messages[0]
+        w.flush()
+    got = _items(client, "t", 6)
+    for a, b in zip(got[::2], got[1::2], strict=True):
+        np.testing.assert_array_equal(a["a"], b["a"])
+        np.testing.assert_array_equal(a["b"], b["b"])
+    assert [list(g["a"]) for g in got[::2]] == [[6], [4, 5, 6], [3, 4, 5, 6]]
