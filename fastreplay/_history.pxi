@@ -91,7 +91,7 @@ cdef class TrajectoryColumn:
     cdef bint _run                 # ids are consecutive cells of column col
     cdef int64_t _inline[_TC_INLINE]
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self):  # no arguments: Cython ignores the constructor's
         self.n = 0
         self.cols = NULL
         self.ids = self._inline

@@ -343,10 +343,13 @@ cdef class _WriterBase:
 
     cdef _create_item(self, table, priority, trajectory):
         cdef PyObject *flat[_ITEM_FAST_MAX]
+        cdef fr_ref_run runs[_ITEM_FAST_MAX]
+        cdef uint8_t squeeze[_ITEM_FAST_MAX]
         cdef Py_ssize_t n = 0
+        cdef bint as_runs = False
         cdef list columns
         if type(trajectory) is dict and self._item_keys is not None:
-            n = self._item_flat(<dict>trajectory, flat)
+            n = self._item_flat(<dict>trajectory, flat, runs, squeeze, &as_runs)
         if n > 0:  # a flat dict of columns with the remembered keys
             entry = self._targets.get(table)
             if entry is None or (<tuple>entry)[2]:
@@ -355,8 +358,12 @@ cdef class _WriterBase:
                     entry = self._target(table, columns)
                 if (<tuple>entry)[2]:
                     self._check_item(table, (<tuple>entry)[0], columns)
-            self._core._create_flat((<tuple>entry)[1], priority, flat, n,
-                                    self._item_structure)
+            if as_runs:  # history slices h[k][-n:]: one run per column
+                self._core._create_runs((<tuple>entry)[1], priority, flat, n, runs,
+                                        squeeze, self._item_structure)
+            else:
+                self._core._create_flat((<tuple>entry)[1], priority, flat, n,
+                                        self._item_structure)
             return
         if type(trajectory) is TrajectoryColumn:  # one column, no nest
             columns = [trajectory]
@@ -371,14 +378,20 @@ cdef class _WriterBase:
             self._check_item(table, (<tuple>entry)[0], columns)
         self._core._create(tcore, priority, columns, structure)
 
-    cdef Py_ssize_t _item_flat(self, dict d, PyObject **flat) except -1:
+    cdef Py_ssize_t _item_flat(self, dict d, PyObject **flat, fr_ref_run *runs,
+                               uint8_t *squeeze, bint *as_runs) except -1:
         """The columns of ``d`` in flatten order into ``flat`` when its keys
         are the remembered ones (same objects, same order) and every value is
-        a TrajectoryColumn; 0 otherwise (the general path)."""
+        a TrajectoryColumn; 0 otherwise (the general path).  When every
+        column is a run of this writer's cells (``TrajectoryColumn._run``),
+        also their runs and squeeze flags, and ``as_runs`` set."""
         cdef tuple keys = self._item_keys
-        cdef Py_ssize_t n = PyTuple_GET_SIZE(keys), pos = 0, i = 0
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(keys), pos = 0, i = 0, at
         cdef PyObject *k
         cdef PyObject *v
+        cdef TrajectoryColumn tc
+        cdef object core = self._core
+        as_runs[0] = True
         if n > _ITEM_FAST_MAX or PyDict_Size(d) != n:
             return 0
         if self._item_perm_of is not keys:  # flatten position of each key
@@ -390,6 +403,13 @@ cdef class _WriterBase:
             if (k != PyTuple_GET_ITEM(keys, i)
                     or Py_TYPE(<object>v) != <PyTypeObject *>TrajectoryColumn):
                 return 0
-            flat[self._item_perm[i]] = v
+            at = self._item_perm[i]
+            flat[at] = v
+            tc = <TrajectoryColumn>v
+            if tc._run and tc.cols == NULL and tc._core is core:
+                runs[at].first, runs[at].col, runs[at].count = tc.ids[0], tc.col, tc.n
+                squeeze[at] = tc._squeeze
+            else:
+                as_runs[0] = False
             i += 1
         return n

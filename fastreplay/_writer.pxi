@@ -449,6 +449,7 @@ cdef class WriterCore:
         cdef Py_ssize_t total = 0, i, k, at = 0
         cdef TrajectoryColumn tc
         cdef fr_ref_run runs[16]
+        cdef uint8_t sq_s[16]
         cdef bint as_runs = n <= 16
         for i in range(n):
             c = <object>columns[i]
@@ -464,10 +465,12 @@ cdef class WriterCore:
             else:
                 as_runs = False
         if as_runs:  # history slices h[k][-n:]: one run per column
-            return self._create_runs(table, priority, columns, n, runs, structure_id)
+            for i in range(n):
+                sq_s[i] = (<TrajectoryColumn>columns[i])._squeeze
+            return self._create_runs(table, priority, columns, n, runs, sq_s,
+                                     structure_id)
         # Stack arrays for the usual few short columns, else the heap.
         cdef int32_t lens_s[16]
-        cdef uint8_t sq_s[16]
         cdef int32_t cv_s[64]
         cdef int64_t iv_s[64]
         cdef int32_t *lens = lens_s
@@ -513,14 +516,12 @@ cdef class WriterCore:
 
     cdef uint64_t _create_runs(self, TableCore table, double priority,
                                PyObject **columns, Py_ssize_t n, fr_ref_run *runs,
-                               int32_t structure_id) except? 0:
-        """_create_flat of columns that are one run each (``runs``)."""
-        cdef uint8_t sq[16]
+                               uint8_t *sq, int32_t structure_id) except? 0:
+        """_create_flat of the n columns at ``columns`` that are one run each
+        (``runs``, squeeze flags ``sq``)."""
         cdef uint64_t key = 0
         cdef int32_t bad_column = -1, bad_ref = -1
         cdef Py_ssize_t i
-        for i in range(n):
-            sq[i] = (<TrajectoryColumn>columns[i])._squeeze
         self._note_table(table)
         cdef int rc = fr_writer_create_item_runs(self._w, table._t, priority,
                                                  structure_id, n, runs, sq, &key,
