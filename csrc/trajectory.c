@@ -78,8 +78,11 @@ done:
 fr_trajectory *fr_trajectory_new(int32_t n_columns, int32_t max_slices) {
     size_t size = sizeof(fr_trajectory) + (size_t)n_columns * sizeof(fr_traj_column) +
                   (size_t)max_slices * sizeof(fr_slice);
-    fr_trajectory *t = calloc(1, size);
+    /* Cleared up to the slices (written as they are pushed); malloc, not
+     * calloc, for the reason in fr_chunk_new. */
+    fr_trajectory *t = malloc(size);
     if (!t) return NULL;
+    memset(t, 0, sizeof(fr_trajectory) + (size_t)n_columns * sizeof(fr_traj_column));
     atomic_init(&t->refs, 1);
     atomic_init(&t->scratch_bytes, -1);
     t->n_columns = n_columns;
