@@ -174,6 +174,36 @@ def test_no_batch_holds_keys_the_thread_zeroed_or_deleted(
     assert len(set(keys.tolist()) - gone) >= 12
 
 
+def test_a_batch_the_threads_update_touched_gives_way_to_the_next(
+        server: Server, backend: RemoteBackend) -> None:
+    """The oldest batch asked ahead holds a key the thread then updated: the
+    call takes the next batch asked ahead (no fresh round trip), which is
+    still older than anything the thread has seen."""
+    for _ in range(3):
+        backend.sample_batch("prio", 4, WAIT)
+    conn = backend._local.conn
+    assert len(conn.ahead) == 2
+    with conn.lock:
+        conn.settle(conn.ahead[-1])  # both replies read
+    first, second = (ahead._keys_of(a.reply[1]["result"], a.reply[2], a.segment).copy()
+                     for a in conn.ahead)
+    key = next(k for k in first.tolist() if k not in second.tolist())
+    backend.update_priorities("prio", [key], [3.0])
+    info, _, _ = backend.sample_batch("prio", 4, WAIT)
+    assert info.key.tolist() == second.tolist()
+    # Both touched: the call samples again, after the update.
+    for _ in range(2):
+        backend.sample_batch("prio", 4, WAIT)
+    with conn.lock:
+        conn.settle(conn.ahead[-1])
+    keys = [ahead._keys_of(a.reply[1]["result"], a.reply[2], a.segment).tolist()
+            for a in conn.ahead]
+    backend.update_priorities("prio", keys[0] + keys[1], [2.0] * 8)
+    now = {key: 3.0, **dict.fromkeys(keys[0] + keys[1], 2.0)}
+    info, _, _ = backend.sample_batch("prio", 4, WAIT)
+    assert info.priority.tolist() == [now.get(k, 1.0) for k in info.key.tolist()]
+
+
 def test_batches_report_the_threads_latest_priorities(server: Server,
                                                       backend: RemoteBackend) -> None:
     """Each batch's priorities and probabilities are those of the table

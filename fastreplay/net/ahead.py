@@ -18,15 +18,15 @@ What a batch sampled ahead may not do, it does not:
   caller waits on (only the tables' sample counts see it).
 * It never waits: it is asked for with ``timeout=0``, and a batch the table
   could not give at once is asked for again, the caller's way.
-* It is used only by the very next call of the same thread on that
-  connection, and only if that call is ``sample_batch`` with the same
-  ``(table, n)``; any other call in between (other than priority updates)
-  throws it away.
+* It is used only by the next ``sample_batch`` calls of the same thread on
+  that connection with the same ``(table, n)``, in the order asked for; any
+  other call in between (other than priority updates) throws it away.
 * It never contradicts the thread's own priority updates: a batch holding
   a key whose priority the thread updated or deleted after asking for it
-  is thrown away and sampled again.  When that keeps happening (a small
-  table whose batches overlap), the connection stops sampling ahead for a
-  while.
+  is thrown away, and the next batch asked for ahead answers the call
+  instead (it is older than anything the thread has seen); with none left
+  the call samples again.  When that keeps happening (a small table whose
+  batches overlap), the connection stops sampling ahead for a while.
 
 ``FASTREPLAY_SAMPLE_AHEAD=0`` turns it off.
 """
@@ -70,11 +70,17 @@ class Ahead:
         self.valid = True  # False once another call came in between
         self.reply: tuple[int, Any, Any] | None = None  # (kind, message, blob)
 
+    def answers(self, table: str, n: int, ok_kind: int) -> bool:
+        """Whether its reply (already read) is a batch for ``sample_batch(table,
+        n)`` with no other call in between (``usable`` also checks the keys
+        the thread updated since)."""
+        return bool(self.valid and self.reply is not None and self.reply[0] == ok_kind
+                    and (self.table, self.n) == (table, n))
+
     def usable(self, table: str, n: int, ok_kind: int) -> bool:
         """Whether its reply (already read) answers ``sample_batch(table,
         n)`` now."""
-        if (not self.valid or self.reply is None or self.reply[0] != ok_kind
-                or (self.table, self.n) != (table, n)):
+        if not self.answers(table, n, ok_kind):
             return False
         if not self.touched:
             return True

@@ -458,30 +458,36 @@ class RemoteBackend:
 
     def _take_ahead(self, conn: Conn, table: str, n: int
                     ) -> tuple[Any, Any, Any] | None:
-        """The reply of the oldest batch asked for ahead if it answers this
-        call (``conn.lock`` held); None otherwise (it is thrown away)."""
-        if not conn.ahead:
-            return None
-        a = conn.ahead.popleft()
-        error: Exception | None = None
-        try:
-            if a.reply is None:
-                conn.sock.settimeout(None)
-                conn.settle(a)  # reads it, with the deferred calls' replies before it
-        except OSError:
-            a.valid = False  # the next call reconnects
-        except Exception as exc:  # noqa: BLE001 - a deferred call's error: raised below
-            a.valid, error = False, exc
-        hit = a.usable(table, n, wire.KIND_REPLY)
-        conn.streak.outcome(hit)
-        if not hit and a.segment is not None:
-            a.segment[0].free.append(a.segment[1])
-        if error is not None:
-            raise error
-        if not hit:
-            return None
-        assert a.reply is not None
-        return a.reply[1].get("result"), a.reply[2], a.segment
+        """The reply of the oldest batch asked for ahead that answers this
+        call (``conn.lock`` held); None when none does (each one looked at is
+        thrown away).  A batch holding keys the thread updated since it was
+        asked is skipped for the next one asked (still older than anything
+        the thread has seen), so one overlap does not cost a round trip."""
+        while conn.ahead:
+            a = conn.ahead.popleft()
+            error: Exception | None = None
+            try:
+                if a.reply is None:
+                    conn.sock.settimeout(None)
+                    conn.settle(a)  # with the deferred calls' replies before it
+            except OSError:
+                a.valid = False  # the next call reconnects
+            except Exception as exc:  # noqa: BLE001 - a deferred call's error: raised below
+                a.valid, error = False, exc
+            hit = a.usable(table, n, wire.KIND_REPLY)
+            if not hit and a.segment is not None:
+                a.segment[0].free.append(a.segment[1])
+            if error is not None:
+                conn.streak.outcome(False)
+                raise error
+            if hit:
+                conn.streak.outcome(True)
+                assert a.reply is not None
+                return a.reply[1].get("result"), a.reply[2], a.segment
+            if not a.answers(table, n, wire.KIND_REPLY):
+                break  # not this call's batch: the others are not either
+        conn.streak.outcome(False)
+        return None
 
     def ring_region(self, conn: Conn, n: int) -> tuple[SendRing, int] | None:
         """``(ring, offset)`` of ``n`` bytes of shared memory on ``conn``
