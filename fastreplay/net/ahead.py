@@ -80,7 +80,7 @@ class Ahead:
     def usable(self, table: str, n: int, ok_kind: int) -> bool:
         """Whether its reply (already read) answers ``sample_batch(table,
         n)`` now."""
-        if not self.answers(table, n, ok_kind):
+        if not self.answers(table, n, ok_kind) or self.reply is None:
             return False
         if not self.touched:
             return True
