@@ -171,6 +171,14 @@ cdef class TrajectoryColumn:
         c._core, c._squeeze, c._path = core, squeeze, path
         return c
 
+    cdef inline bint _as_run(self, fr_ref_run *run) noexcept:
+        """Fill ``run`` when the column is one run of consecutive cells of
+        one writer column (``_run``, a history slice); False otherwise."""
+        if not self._run or self.cols != NULL:
+            return False
+        run.first, run.col, run.count = self.ids[0], self.col, self.n
+        return True
+
     cdef inline int32_t col_at(self, Py_ssize_t k) noexcept:
         return self.col if self.cols == NULL else self.cols[k]
 

@@ -406,10 +406,8 @@ cdef class _WriterBase:
             at = self._item_perm[i]
             flat[at] = v
             tc = <TrajectoryColumn>v
-            if tc._run and tc.cols == NULL and tc._core is core:
-                runs[at].first, runs[at].col, runs[at].count = tc.ids[0], tc.col, tc.n
-                squeeze[at] = tc._squeeze
-            else:
+            squeeze[at] = tc._squeeze
+            if tc._core is not core or not tc._as_run(&runs[at]):
                 as_runs[0] = False
             i += 1
         return n

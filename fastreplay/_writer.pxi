@@ -460,13 +460,10 @@ cdef class WriterCore:
             if tc.n and tc._core is not self:
                 raise ValueError("TrajectoryColumn refers to another writer's cells")
             total += tc.n
-            if as_runs and tc._run and tc.cols == NULL:
-                runs[i].first, runs[i].col, runs[i].count = tc.ids[0], tc.col, tc.n
-            else:
-                as_runs = False
+            if as_runs:
+                sq_s[i] = tc._squeeze
+                as_runs = tc._as_run(&runs[i])
         if as_runs:  # history slices h[k][-n:]: one run per column
-            for i in range(n):
-                sq_s[i] = (<TrajectoryColumn>columns[i])._squeeze
             return self._create_runs(table, priority, columns, n, runs, sq_s,
                                      structure_id)
         # Stack arrays for the usual few short columns, else the heap.
