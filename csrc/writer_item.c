@@ -46,21 +46,51 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
 }
 
 /* check_column for a column of one run: every cell alive (one column, so
- * one spec). */
-static int check_run(fr_writer *w, const fr_ref_run *run, int squeeze, fr_cell **cells,
+ * one spec).  Adds the run's slices (maximal stretches of one chunk at
+ * consecutive offsets) to *n_slices. */
+static int check_run(fr_writer *w, const fr_ref_run *run, int squeeze, int32_t *n_slices,
                      int32_t *bad_ref) {
     *bad_ref = 0;
     if (run->count == 0) return FR_EEMPTY;
     if (run->col < 0 || run->col >= w->n_cols) return FR_EEXPIRED;
     fr_column *c = &w->cols[run->col];
+    int64_t first = run->first, end = c->cells_base + c->cells_len;
+    /* Ids only grow past the keep-alive window: when the first cell is
+     * alive, so is every later one that exists. */
+    int all_alive = first >= c->cells_base && first + run->count <= end &&
+                    fr_column_id_alive(c, first);
+    const fr_cell *prev = NULL;
     for (int32_t k = 0; k < run->count; k++) {
         *bad_ref = k;
-        if (!(cells[k] = fr_column_cell(c, run->first + k))) return FR_EEXPIRED;
+        const fr_cell *cell = all_alive ? fr_column_slot(c, first + k)
+                                        : fr_column_cell(c, first + k);
+        if (!cell) return FR_EEXPIRED;
+        *n_slices += !prev || cell->chunk != prev->chunk || cell->offset != prev->offset + 1;
+        prev = cell;
     }
     *bad_ref = run->count;
     if (squeeze && run->count != 1) return FR_ESQUEEZE;
     *bad_ref = -1;
     return FR_OK;
+}
+
+/* Column c of t from the (checked) run: its slices, and a pin on each
+ * cell. */
+static void push_run(fr_writer *w, fr_trajectory *t, int32_t c, const fr_ref_run *run) {
+    fr_column *col = &w->cols[run->col];
+    fr_cell *start = fr_column_slot(col, run->first);
+    int32_t len = 0;
+    for (int32_t k = 0; k < run->count; k++) {
+        fr_cell *cell = fr_column_slot(col, run->first + k);
+        cell->pins++; /* fr_column_pin's +1 */
+        if (len > 0 && (cell->chunk != start->chunk || cell->offset != start->offset + len)) {
+            fr_trajectory_push_slice(t, c, start->chunk, start->offset, len);
+            start = cell;
+            len = 0;
+        }
+        len++;
+    }
+    fr_trajectory_push_slice(t, c, start->chunk, start->offset, len);
 }
 
 /* Split each column's rows into maximal runs of consecutive rows of one
@@ -81,17 +111,17 @@ static int32_t find_runs(int32_t n_columns, const int32_t *lens,
     return n;
 }
 
-/* The cells (checked, `total` of them, column by column) as an item: its
- * trajectory, queue entry (refs as `runs`, or from cols/ids when runs is
- * NULL), pins; then the pump. */
-static int queue_item(fr_writer *w, fr_table *table, double priority,
-                      int32_t structure_id, int32_t n_columns, const int32_t *lens,
-                      const uint8_t *squeeze, fr_cell **cells, int32_t *ends,
-                      int32_t total, const fr_ref_run *runs, const int32_t *cols,
-                      const int64_t *ids, uint64_t *key) {
-    /* Filled in place; it joins the queue with q_len++ at the end. */
+/* A new item at the queue's tail (joining it with q_len++ in
+ * commit_item): its key and fields, refs as `runs` or from cols/ids (runs
+ * NULL), and a trajectory of n_columns columns with room for max_slices
+ * slices.  NULL when out of memory (nothing queued). */
+static fr_pending_item *start_item(fr_writer *w, fr_table *table, double priority,
+                                   int32_t structure_id, int32_t n_columns, int32_t total,
+                                   const int32_t *lens, const fr_ref_run *runs,
+                                   const int32_t *cols, const int64_t *ids,
+                                   int32_t max_slices) {
     fr_pending_item *it = fr_wq_tail(w);
-    if (!it) return FR_ENOMEM;
+    if (!it) return NULL;
     it->key = fr_table_item_key(table, fr_rng_next(&w->rng));
     it->priority = priority;
     it->table = table;
@@ -100,27 +130,44 @@ static int queue_item(fr_writer *w, fr_table *table, double priority,
     it->heap = NULL;
     int rc = runs ? fr_wq_store_runs(it, runs, n_columns)
                   : fr_wq_set_runs(it, n_columns, lens, cols, ids);
-    if (rc != FR_OK) goto oom;
-    it->traj = fr_trajectory_new(n_columns, find_runs(n_columns, lens, cells, ends));
-    if (!it->traj) goto oom;
+    if (rc == FR_OK) it->traj = fr_trajectory_new(n_columns, max_slices);
+    if (!it->traj) {
+        free(it->heap);
+        return NULL;
+    }
     it->traj->structure_id = structure_id;
+    return it;
+}
+
+/* The item start_item began joins the queue; then the pump. */
+static void commit_item(fr_writer *w, const fr_pending_item *it, uint64_t *key) {
+    w->q_len++;
+    *key = it->key;
+    fr_writer_pump(w);
+}
+
+/* The cells (checked, `total` of them, column by column) as an item: its
+ * trajectory, queue entry, pins; then the pump. */
+static int queue_item(fr_writer *w, fr_table *table, double priority,
+                      int32_t structure_id, int32_t n_columns, const int32_t *lens,
+                      const uint8_t *squeeze, fr_cell **cells, int32_t *ends,
+                      int32_t total, const int32_t *cols, const int64_t *ids,
+                      uint64_t *key) {
+    fr_pending_item *it =
+        start_item(w, table, priority, structure_id, n_columns, total, lens, NULL, cols,
+                   ids, find_runs(n_columns, lens, cells, ends));
+    if (!it) return FR_ENOMEM;
     for (int32_t c = 0, at = 0, r = 0; c < n_columns; at += lens[c], c++) {
         fr_traj_column *tc = &it->traj->columns[c];
         tc->squeeze = squeeze[c];
-        if (lens[c] > 0) tc->spec = w->cols[runs ? runs[c].col : cols[at]].ispec;
+        if (lens[c] > 0) tc->spec = w->cols[cols[at]].ispec;
         for (int32_t k = at; k < at + lens[c]; k = ends[r++])
             fr_trajectory_push_slice(it->traj, c, cells[k]->chunk, cells[k]->offset,
                                      ends[r] - k);
     }
-    w->q_len++;
     for (int32_t k = 0; k < total; k++) cells[k]->pins++;  /* fr_column_pin's +1 */
-    *key = it->key;
-    fr_writer_pump(w);
+    commit_item(w, it, key);
     return FR_OK;
-oom:
-    free(it->heap);
-    if (it->traj) fr_trajectory_release(it->traj);
-    return FR_ENOMEM;
 }
 
 /* Room for the cells and find_runs' ends of `total` refs: the caller's
@@ -159,7 +206,7 @@ int fr_writer_create_item(fr_writer *w, fr_table *table, double priority,
     if (rc == FR_OK) {
         *bad_column = -1;
         rc = queue_item(w, table, priority, structure_id, n_columns, lens, squeeze,
-                        cells, ends, total, NULL, cols, ids, key);
+                        cells, ends, total, cols, ids, key);
     }
     free(heap);
     return rc;
@@ -170,27 +217,23 @@ int fr_writer_create_item_runs(fr_writer *w, fr_table *table, double priority,
                                const fr_ref_run *runs, const uint8_t *squeeze,
                                uint64_t *key, int32_t *bad_column, int32_t *bad_ref) {
     *bad_column = *bad_ref = -1;
-    int32_t total = 0, lens_s[16];
-    int32_t *lens = n_columns <= 16 ? lens_s : malloc((size_t)n_columns * sizeof *lens);
-    if (!lens) return FR_ENOMEM;
-    for (int32_t c = 0; c < n_columns; c++) total += lens[c] = runs[c].count;
+    int32_t total = 0, n_slices = 0;
+    for (int32_t c = 0; c < n_columns; c++) total += runs[c].count;
     int rc = check_item(w, table, priority, total);
-    fr_cell *inline_cells[64];
-    int32_t inline_ends[64], *ends;
-    void *heap = NULL;
-    fr_cell **cells = rc != FR_OK ? NULL
-                                  : cell_room(total, inline_cells, inline_ends, &ends, &heap);
-    if (rc == FR_OK && !cells) rc = FR_ENOMEM;
-    for (int32_t c = 0, at = 0; c < n_columns && rc == FR_OK; at += lens[c], c++) {
+    for (int32_t c = 0; c < n_columns && rc == FR_OK; c++) {
         *bad_column = c;
-        rc = check_run(w, &runs[c], squeeze[c], cells + at, bad_ref);
+        rc = check_run(w, &runs[c], squeeze[c], &n_slices, bad_ref);
     }
-    if (rc == FR_OK) {
-        *bad_column = -1;
-        rc = queue_item(w, table, priority, structure_id, n_columns, lens, squeeze,
-                        cells, ends, total, runs, NULL, NULL, key);
+    if (rc != FR_OK) return rc;
+    *bad_column = -1;
+    fr_pending_item *it = start_item(w, table, priority, structure_id, n_columns, total,
+                                     NULL, runs, NULL, NULL, n_slices);
+    if (!it) return FR_ENOMEM;
+    for (int32_t c = 0; c < n_columns; c++) {
+        it->traj->columns[c].squeeze = squeeze[c];
+        it->traj->columns[c].spec = w->cols[runs[c].col].ispec;
+        push_run(w, it->traj, c, &runs[c]);
     }
-    free(heap);
-    if (lens != lens_s) free(lens);
-    return rc;
+    commit_item(w, it, key);
+    return FR_OK;
 }
