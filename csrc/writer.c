@@ -29,6 +29,7 @@ int fr_writer_create(fr_store *store, uint64_t seed, fr_chunker_options default_
     fr_rng_seed(&w->rng, seed);
     w->default_opt = default_opt;
     w->episode_id = fr_rng_next(&w->rng);
+    w->next_key = fr_rng_next(&w->rng);
     *out = w;
     return FR_OK;
 }

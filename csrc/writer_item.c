@@ -122,7 +122,7 @@ static fr_pending_item *start_item(fr_writer *w, fr_table *table, double priorit
                                    int32_t max_slices) {
     fr_pending_item *it = fr_wq_tail(w);
     if (!it) return NULL;
-    it->key = fr_table_item_key(table, fr_rng_next(&w->rng));
+    it->key = fr_table_item_key(table, w->next_key++);
     it->priority = priority;
     it->table = table;
     it->n_refs = total;

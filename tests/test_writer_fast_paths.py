@@ -380,3 +380,20 @@ def test_history_slice_items_match_items_of_their_refs(server) -> None:  # type:
         np.testing.assert_array_equal(a["a"], b["a"])
         np.testing.assert_array_equal(a["b"], b["b"])
     assert [list(g["a"]) for g in got[::2]] == [[6], [4, 5, 6], [3, 4, 5, 6]]
+
+
+def test_a_writers_item_keys_are_consecutive_from_a_random_start(server) -> None:  # type: ignore[no-untyped-def]
+    """Consecutive keys share key-map cache lines (keymap.h); two writers
+    start far apart, so their keys stay unique."""
+    client = server.localhost_client()
+    starts = []
+    for _ in range(2):
+        with client.trajectory_writer(2) as w:
+            for i in range(6):
+                w.append({"x": np.float32(i)})
+                w.create_item("t", 1.0, {"x": w.history["x"][-1:]})
+        keys = [int(client.sample_batch("t", 1, timeout=5.0)[0].key[0])
+                for _ in range(6)]  # Fifo, max_times_sampled=1: oldest first
+        assert keys == [keys[0] + i for i in range(6)]
+        starts.append(keys[0])
+    assert abs(starts[0] - starts[1]) > 1_000_000
