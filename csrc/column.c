@@ -325,8 +325,11 @@ void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
         distinct++;
         rows += chunks[i]->n_rows;
         bytes += chunk_bytes(chunks[i]);
-        int known = 0;
-        for (int k = 0; k < t->n_chunks; k++) known |= t->chunk_key[k] == chunks[i]->key;
+        /* Known: most often the newest chunk counted (an item's first chunk
+         * is usually the last one of the item before). */
+        int known = t->n_chunks > 0 && t->chunk_key[t->n_chunks - 1] == chunks[i]->key;
+        for (int k = 0; k < t->n_chunks - 1 && !known; k++)
+            known = t->chunk_key[k] == chunks[i]->key;
         if (!known) {
             if (t->n_chunks == FR_TUNE_CHUNKS)
                 memmove(t->chunk_key, t->chunk_key + 1,

@@ -166,7 +166,10 @@ cdef class TrajectoryColumn:
                                 bint squeeze, path):
         """A column of n cells of writer column ``col``, ids to be filled."""
         cdef TrajectoryColumn c = TrajectoryColumn.__new__(TrajectoryColumn)
-        c._reserve(n, False)
+        if n > _TC_INLINE:
+            c._reserve(n, False)
+        else:  # __cinit__ left ids on the inline room and cols NULL
+            c.n = n
         c.col = col
         c._core, c._squeeze, c._path = core, squeeze, path
         return c
