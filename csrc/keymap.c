@@ -17,6 +17,7 @@ static int alloc_buckets(fr_keymap *m, size_t n) {
     mark_empty(b, n);
     m->b = b;
     m->mask = n - 1;
+    m->shift = 64 - ((unsigned)__builtin_ctzll((unsigned long long)n) - FR_KEYMAP_RUN_BITS);
     return FR_OK;
 }
 
