@@ -310,14 +310,31 @@ static double mean(const double *x, int n) {
     return s / n;
 }
 
+/* Chunk k of an item into the chunk statistics, unless counted since the
+ * last score. */
+static void tune_chunk(fr_tuner *t, const fr_chunk *k) {
+    /* Most often the newest chunk counted (an item's first chunk is usually
+     * the last one of the item before). */
+    int known = t->n_chunks > 0 && t->chunk_key[t->n_chunks - 1] == k->key;
+    for (int i = 0; i < t->n_chunks - 1 && !known; i++) known = t->chunk_key[i] == k->key;
+    if (known) return;
+    if (t->n_chunks == FR_TUNE_CHUNKS)
+        memmove(t->chunk_key, t->chunk_key + 1, (FR_TUNE_CHUNKS - 1) * sizeof *t->chunk_key);
+    int slot = t->n_chunks < FR_TUNE_CHUNKS ? t->n_chunks : FR_TUNE_CHUNKS - 1;
+    t->chunk_key[slot] = k->key;
+    push_stat(t->chunk_len, t->chunk_bps, &t->n_chunks, FR_TUNE_CHUNKS, k->n_rows,
+              chunk_bytes(k) / k->n_rows);
+}
+
+static void tune_item(fr_column *c, double rows, int distinct, double bytes,
+                      int32_t n_refs);
+
 void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
                        int32_t n_refs) {
-    fr_tuner *t = &c->tuner;
-    int32_t n = n_chunks;
-    if (!c->opt.autotune || n <= 0) return;
+    if (!c->opt.autotune || n_chunks <= 0) return;
     double rows = 0.0, bytes = 0.0;
     int distinct = 0;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < n_chunks; i++) {
         /* Rows of one chunk come in a run: most repeats are the previous. */
         int seen = i > 0 && chunks[i - 1] == chunks[i];
         for (int32_t j = 0; j < i - 1 && !seen; j++) seen = chunks[j] == chunks[i];
@@ -325,21 +342,28 @@ void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
         distinct++;
         rows += chunks[i]->n_rows;
         bytes += chunk_bytes(chunks[i]);
-        /* Known: most often the newest chunk counted (an item's first chunk
-         * is usually the last one of the item before). */
-        int known = t->n_chunks > 0 && t->chunk_key[t->n_chunks - 1] == chunks[i]->key;
-        for (int k = 0; k < t->n_chunks - 1 && !known; k++)
-            known = t->chunk_key[k] == chunks[i]->key;
-        if (!known) {
-            if (t->n_chunks == FR_TUNE_CHUNKS)
-                memmove(t->chunk_key, t->chunk_key + 1,
-                        (FR_TUNE_CHUNKS - 1) * sizeof *t->chunk_key);
-            int slot = t->n_chunks < FR_TUNE_CHUNKS ? t->n_chunks : FR_TUNE_CHUNKS - 1;
-            t->chunk_key[slot] = chunks[i]->key;
-            push_stat(t->chunk_len, t->chunk_bps, &t->n_chunks, FR_TUNE_CHUNKS,
-                      chunks[i]->n_rows, chunk_bytes(chunks[i]) / chunks[i]->n_rows);
-        }
+        tune_chunk(&c->tuner, chunks[i]);
     }
+    tune_item(c, rows, distinct, bytes, n_refs);
+}
+
+void fr_column_on_item_slices(fr_column *c, const fr_slice *slices, int32_t n_slices,
+                              int32_t n_refs) {
+    if (!c->opt.autotune || n_slices <= 0) return;
+    double rows = 0.0, bytes = 0.0;
+    for (int32_t i = 0; i < n_slices; i++) {
+        rows += slices[i].chunk->n_rows;
+        bytes += chunk_bytes(slices[i].chunk);
+        tune_chunk(&c->tuner, slices[i].chunk);
+    }
+    tune_item(c, rows, n_slices, bytes, n_refs);
+}
+
+/* The item's statistics (its `distinct` chunks held `rows` rows and `bytes`
+ * bytes), then a new chunk length once enough items and chunks are in. */
+static void tune_item(fr_column *c, double rows, int distinct, double bytes,
+                      int32_t n_refs) {
+    fr_tuner *t = &c->tuner;
     push_stat(t->item_len, t->item_bps, &t->n_items, FR_TUNE_ITEMS,
               rows / distinct, bytes / n_refs);
     if (t->n_items < FR_TUNE_ITEMS || t->n_chunks < FR_TUNE_CHUNKS) return;

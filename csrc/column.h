@@ -163,5 +163,9 @@ int64_t fr_column_scratch_bytes(fr_column *c, int64_t id);
  * chunks (all finalized, repeats allowed) are chunks[0..n_chunks). */
 void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
                        int32_t n_refs);
+/* The same for an item whose refs of this column are one run of consecutive
+ * cells, read from its n_slices slices (each slice its own chunk). */
+void fr_column_on_item_slices(fr_column *c, const fr_slice *slices, int32_t n_slices,
+                              int32_t n_refs);
 
 #endif /* FASTREPLAY_COLUMN_H */

@@ -20,6 +20,9 @@ typedef struct fr_pending_item {
     fr_table *table;
     fr_trajectory *traj;
     int32_t n_refs, n_runs;
+    /* Trajectory column c is run c, of its own writer column, of at most 64
+     * cells (history slices): tuning reads its slices directly. */
+    int run_columns;
     /* The refs, pinned while queued: heap when more than FR_INLINE_RUNS
      * runs (fr_wq_runs), else inline_runs. */
     fr_ref_run *heap;

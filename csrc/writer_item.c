@@ -128,6 +128,7 @@ static fr_pending_item *start_item(fr_writer *w, fr_table *table, double priorit
     it->n_refs = total;
     it->traj = NULL;
     it->heap = NULL;
+    it->run_columns = 0;
     int rc = runs ? fr_wq_store_runs(it, runs, n_columns)
                   : fr_wq_set_runs(it, n_columns, lens, cols, ids);
     if (rc == FR_OK) it->traj = fr_trajectory_new(n_columns, max_slices);
@@ -229,7 +230,10 @@ int fr_writer_create_item_runs(fr_writer *w, fr_table *table, double priority,
     fr_pending_item *it = start_item(w, table, priority, structure_id, n_columns, total,
                                      NULL, runs, NULL, NULL, n_slices);
     if (!it) return FR_ENOMEM;
+    it->run_columns = 1;
     for (int32_t c = 0; c < n_columns; c++) {
+        it->run_columns &= runs[c].count <= 64;
+        for (int32_t q = 0; q < c; q++) it->run_columns &= runs[q].col != runs[c].col;
         it->traj->columns[c].squeeze = squeeze[c];
         it->traj->columns[c].spec = w->cols[runs[c].col].ispec;
         push_run(w, it->traj, c, &runs[c]);

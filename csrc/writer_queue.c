@@ -74,6 +74,13 @@ static void feedback(fr_writer *w, const fr_pending_item *it) {
 static int feedback_from_slices(fr_writer *w, const fr_pending_item *it) {
     const fr_trajectory *t = it->traj;
     const fr_ref_run *runs = fr_wq_runs(it);
+    if (it->run_columns) { /* checked when queued: run c is column c */
+        for (int32_t c = 0; c < t->n_columns; c++)
+            fr_column_on_item_slices(&w->cols[runs[c].col],
+                                     t->slices + t->columns[c].first_slice,
+                                     t->columns[c].n_slices, t->columns[c].length);
+        return 1;
+    }
     int32_t wcol[16], r = 0;
     if (t->n_columns > 16) return 0;
     for (int32_t c = 0; c < t->n_columns; c++) {
