@@ -137,7 +137,10 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
         c->buf_cap = buffer_rows(c);
     }
     if (!c->open) {
-        c->open = fr_chunk_new(c->store, fr_rng_next(rng), episode_id, c->spec.row_bytes);
+        int64_t room = (int64_t)c->max_len * c->spec.row_bytes;
+        c->open = fr_chunk_new_inline(c->store, fr_rng_next(rng), episode_id,
+                                      c->spec.row_bytes,
+                                      room <= FR_CHUNK_INLINE_MAX ? room : 0);
         if (!c->open) return FR_ENOMEM;
         c->open_first_step = step;
     }

@@ -36,6 +36,12 @@ int fr_chunker_options_validate(const fr_chunker_options *o);
  * feedback grows it).  Batched row inserts (rows.h) split by it too. */
 int32_t fr_chunker_start_length(const fr_chunker_options *o);
 
+/* A chunk of at most this many bytes of rows (at the column's current
+ * chunk length) keeps them in its own allocation (fr_chunk_new_inline): one
+ * malloc per chunk instead of two for the small rows writers mostly append;
+ * larger ones would hold unused room when the tuner shortens a chunk. */
+#define FR_CHUNK_INLINE_MAX 1024
+
 #define FR_TUNE_ITEMS 10
 #define FR_TUNE_CHUNKS 5
 
