@@ -13,7 +13,7 @@ from libc.string cimport memcpy, memset
 import math
 import numpy as np
 
-_ndarray = np.ndarray  # one global lookup for the type checks of the .pxi files
+cdef type _ndarray = np.ndarray  # a C global: the .pxi type checks compare pointers
 
 from fastreplay import errors
 
