@@ -397,3 +397,30 @@ def test_a_writers_item_keys_are_consecutive_from_a_random_start(server) -> None
         assert keys == [keys[0] + i for i in range(6)]
         starts.append(keys[0])
     assert abs(starts[0] - starts[1]) > 1_000_000
+
+
+def test_history_slices_reuse_only_columns_nothing_else_holds(server) -> None:  # type: ignore[no-untyped-def]
+    """A slice refills the column object of the previous slice only when no
+    one else holds it: held columns keep their cells through later slices."""
+    client = server.localhost_client()
+    with client.trajectory_writer(4) as w:
+        for i in range(3):
+            w.append({"x": np.float32(i)})
+        h = w.history["x"]
+        held = h[-2:]
+        ids = held._ids.tolist()
+        w.append({"x": np.float32(3)})
+        other = h[-3:]  # held is still referenced: a new object
+        assert other is not held and held._ids.tolist() == ids and len(held) == 2
+        np.testing.assert_array_equal(held.numpy(), [1, 2])
+        np.testing.assert_array_equal(other.numpy(), [1, 2, 3])
+        first = id(h[-1])  # dropped at once: the next slice may reuse it
+        last = h[-1:]
+        assert len(last) == 1 and not last.is_squeezed
+        np.testing.assert_array_equal(last.numpy(), [3])
+        del first
+        item = {"x": h[-2:]}  # held by the dict through more slices
+        h[-4:], h[-1]
+        w.create_item("t", 1.0, item)
+        w.flush()
+    assert client.sample_batch("t", 1, timeout=5.0)[1]["x"].tolist() == [[2.0, 3.0]]
