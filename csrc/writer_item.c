@@ -46,27 +46,29 @@ static int check_column(fr_writer *w, int32_t len, int squeeze,
 }
 
 /* check_column for a column of one run: every cell alive (one column, so
- * one spec).  Adds the run's slices (maximal stretches of one chunk at
- * consecutive offsets) to *n_slices. */
+ * one spec).  Adds the run's slices to *n_slices: one per chunk, since a
+ * chunk holds consecutive cells of its column at consecutive offsets. */
 static int check_run(fr_writer *w, const fr_ref_run *run, int squeeze, int32_t *n_slices,
                      int32_t *bad_ref) {
     *bad_ref = 0;
     if (run->count == 0) return FR_EEMPTY;
     if (run->col < 0 || run->col >= w->n_cols) return FR_EEXPIRED;
     fr_column *c = &w->cols[run->col];
-    int64_t first = run->first, end = c->cells_base + c->cells_len;
+    int64_t first = run->first;
     /* Ids only grow past the keep-alive window: when the first cell is
      * alive, so is every later one that exists. */
-    int all_alive = first >= c->cells_base && first + run->count <= end &&
-                    fr_column_id_alive(c, first);
-    const fr_cell *prev = NULL;
+    if (!(first >= c->cells_base && first + run->count <= c->cells_base + c->cells_len &&
+          fr_column_id_alive(c, first))) {
+        for (int32_t k = 0; k < run->count; k++) {
+            *bad_ref = k;
+            if (!fr_column_cell(c, first + k)) return FR_EEXPIRED;
+        }
+    }
+    const fr_chunk *prev = NULL;
     for (int32_t k = 0; k < run->count; k++) {
-        *bad_ref = k;
-        const fr_cell *cell = all_alive ? fr_column_slot(c, first + k)
-                                        : fr_column_cell(c, first + k);
-        if (!cell) return FR_EEXPIRED;
-        *n_slices += !prev || cell->chunk != prev->chunk || cell->offset != prev->offset + 1;
-        prev = cell;
+        const fr_chunk *chunk = fr_column_slot(c, first + k)->chunk;
+        *n_slices += chunk != prev;
+        prev = chunk;
     }
     *bad_ref = run->count;
     if (squeeze && run->count != 1) return FR_ESQUEEZE;
@@ -74,8 +76,8 @@ static int check_run(fr_writer *w, const fr_ref_run *run, int squeeze, int32_t *
     return FR_OK;
 }
 
-/* Column c of t from the (checked) run: its slices, and a pin on each
- * cell. */
+/* Column c of t from the (checked) run: a slice per chunk, and a pin on
+ * each cell. */
 static void push_run(fr_writer *w, fr_trajectory *t, int32_t c, const fr_ref_run *run) {
     fr_column *col = &w->cols[run->col];
     fr_cell *start = fr_column_slot(col, run->first);
@@ -83,7 +85,7 @@ static void push_run(fr_writer *w, fr_trajectory *t, int32_t c, const fr_ref_run
     for (int32_t k = 0; k < run->count; k++) {
         fr_cell *cell = fr_column_slot(col, run->first + k);
         cell->pins++; /* fr_column_pin's +1 */
-        if (len > 0 && (cell->chunk != start->chunk || cell->offset != start->offset + len)) {
+        if (cell->chunk != start->chunk) {
             fr_trajectory_push_slice(t, c, start->chunk, start->offset, len);
             start = cell;
             len = 0;
