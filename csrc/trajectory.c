@@ -134,12 +134,14 @@ void fr_trajectory_release(fr_trajectory *t) {
     fr_trajectory_free_memory(t);
 }
 
-int fr_trajectory_ready(const fr_trajectory *t) {
+const fr_chunk *fr_trajectory_unready(const fr_trajectory *t) {
     for (int32_t i = 0; i < t->n_slices; i++)
         if (!atomic_load_explicit(&t->slices[i].chunk->ready, memory_order_acquire))
-            return 0;
-    return 1;
+            return t->slices[i].chunk;
+    return NULL;
 }
+
+int fr_trajectory_ready(const fr_trajectory *t) { return fr_trajectory_unready(t) == NULL; }
 
 int fr_trajectory_read_column(const fr_trajectory *t, int32_t col, void *dst,
                               void *scratch) {

@@ -110,6 +110,8 @@ void fr_trajectory_release(fr_trajectory *t);
 
 /* 1 when every referenced chunk is finalized. */
 int fr_trajectory_ready(const fr_trajectory *t);
+/* The first chunk of t that is not ready yet, or NULL when all are. */
+const fr_chunk *fr_trajectory_unready(const fr_trajectory *t);
 
 /* Copy column `col` ([length, *shape] rows, contiguous) into dst, which must
  * hold length * row_bytes bytes; `scratch` must hold the largest referenced

@@ -86,8 +86,11 @@ int fr_writer_set_in_newest_step(const fr_writer *w, int32_t col) {
 
 void fr_writer_pump(fr_writer *w) {
     while (w->q_len > 0 && w->status == FR_OK) {
+        if (w->front_waits &&
+            !atomic_load_explicit(&w->front_waits->ready, memory_order_acquire))
+            return;
         fr_pending_item *it = fr_wq_at(w, 0);
-        if (!fr_trajectory_ready(it->traj)) return;
+        if ((w->front_waits = fr_trajectory_unready(it->traj))) return;
         fr_wq_release_refs(w, it, 1);
         int rc = fr_table_insert_async(it->table, it->key, it->priority,
                                        (uint64_t)(uintptr_t)it->traj, w->sync);

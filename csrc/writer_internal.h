@@ -51,6 +51,10 @@ struct fr_writer {
     int64_t episode_steps;
     int64_t hlen; /* closed steps since the last clear */
     int step_open;
+    /* A chunk the queue's front item waits for (it holds the chunk), or
+     * NULL: the pump looks at that one chunk until it is ready instead of
+     * every chunk of the item at each append and create_item. */
+    const fr_chunk *front_waits;
     fr_pending_item *queue;
     int64_t q_head, q_len, q_cap;
     unsigned char *scratch;

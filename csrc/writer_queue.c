@@ -115,6 +115,7 @@ void fr_wq_release_refs(fr_writer *w, const fr_pending_item *it, int tune) {
 void fr_wq_pop(fr_writer *w) {
     fr_pending_item *it = fr_wq_at(w, 0);
     free(it->heap);
+    w->front_waits = NULL;
     w->q_head = (w->q_head + 1) & (w->q_cap - 1);
     w->q_len--;
 }
