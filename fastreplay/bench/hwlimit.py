@@ -321,7 +321,7 @@ def writer_step(cfg: Config, rec: _Recorder) -> None:
     try:
         client = server.localhost_client()
         own, floor = [], []
-        for _ in range(cfg.writer_rounds):  # paired rounds: the same noise
+        for _ in range(cfg.step_rounds):  # paired rounds: the same noise
             with client.trajectory_writer(5) as w:
                 own.append(step_loop(w, steps, obs))
             floor.append(step_loop(NullWriter(), steps, obs))

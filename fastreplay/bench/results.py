@@ -56,6 +56,10 @@ class Config:
     process_items: int = 1_000_000  # items of the table a learner process samples
     process_rounds: int = 5  # rounds of the processes workload
     process_seconds: float = 1.0  # one round of the processes workload
+    # Paired rounds of writer-step: its share is a difference of two ~1-2 us
+    # loops, so a median of 5 moved with every noisy neighbour (one of four
+    # runs off by 0.2-0.5 us here); 9 keep it within ~0.05 us.
+    step_rounds: int = 9
 
 
 FULL = Config(capacity=1_000_000, rounds=15, inner=50, writer_steps=1000,
@@ -66,7 +70,7 @@ QUICK = Config(capacity=10_000, rounds=3, inner=5, writer_steps=200, writer_roun
                sample_table=2_000, sample_batches=2, memory_steps=300,
                thread_steps=300, thread_rounds=1, threads=(1, 2),
                structured_steps=300, structured_rounds=2, process_items=2_000,
-               process_rounds=2, process_seconds=0.2)
+               process_rounds=2, process_seconds=0.2, step_rounds=2)
 
 
 def count_text(n: int) -> str:
