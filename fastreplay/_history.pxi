@@ -332,7 +332,12 @@ cdef class ColumnHistory:
                 self._spare = c
         cdef int64_t missing = 0
         cdef _WriterLock lock = self._core.lock
-        if count:
+        if count and lock._depth == 0:
+            # No thread is inside a writer call, and none can start one
+            # before this returns: it holds the GIL throughout.
+            missing = fr_writer_cells_range(self._core._w, self._col, start, step,
+                                            count, c.ids)
+        elif count:
             lock.acquire()
             missing = fr_writer_cells_range(self._core._w, self._col, start, step,
                                             count, c.ids)
