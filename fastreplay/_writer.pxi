@@ -314,7 +314,16 @@ cdef class WriterCore:
         try:
             if heap is None:
                 for c in range(n):
-                    if _has_value(flat[c]):
+                    if not _has_value(flat[c]):
+                        continue
+                    # _step_put's fast case inline: the common small array or
+                    # numpy scalar runs no code of its (large) general path.
+                    if _np_fast_put(&a.specs[a.n], &a.rows[a.n], &a.strides[a.n],
+                                    <object>flat[c]):
+                        a.cols[a.n] = c
+                        a.total += a.strides[a.n]
+                        a.n += 1
+                    else:
                         _step_put(a, c, <object>flat[c], self._paths[c], 0)
             job = _AppendJob(&self._w, 1, a, NULL, partial, -1)
             if a.total >= _NOGIL_MIN_BYTES:
