@@ -434,4 +434,11 @@ def _read_items(folder: _Folder, entry: Mapping[str, Any], chunks: Mapping[int, 
     if at != len(data):
         raise errors.DataLossError(
             f"{where}: {len(data) - at} unexpected trailing bytes")
+    # A table never holds two items of one key; writers' keys are
+    # consecutive, so one flipped bit often lands on a neighbour's.
+    seen: set[int] = set()
+    for item in items:
+        if item[0] in seen:
+            raise errors.DataLossError(f"{where}: item key {item[0]} appears twice")
+        seen.add(item[0])
     return items

@@ -27,7 +27,7 @@ from checkpoint_forge import (
 
 import fastreplay as reverb
 from fastreplay import errors
-from fastreplay._checkpoint_load import CHUNK
+from fastreplay._checkpoint_load import CHUNK, COLUMN, ITEM, SLICE
 from fastreplay.checkpointers import DefaultCheckpointer
 
 
@@ -259,6 +259,20 @@ def test_item_with_forged_slice_count_is_refused(ckpt) -> None:
     struct.pack_into("<I", data, 32 + 5, 2**31)  # first column's n_slices
     rewrite_file(ckpt, "items-0.bin", bytes(data))
     _refused(os.path.dirname(ckpt), match="slices")
+
+
+def test_two_items_of_one_key_are_refused(ckpt) -> None:
+    """A writer's keys are consecutive, so a flipped bit in a key can make
+    it a neighbour's: the reader refuses the file before restoring any."""
+    data = bytearray(pathlib.Path(ckpt, "items-0.bin").read_bytes())
+    first_key, *_, n_cols, _ = ITEM.unpack_from(data, 0)
+    at = ITEM.size
+    for _ in range(n_cols):
+        n_slices = COLUMN.unpack_from(data, at)[2]
+        at += COLUMN.size + n_slices * SLICE.size
+    struct.pack_into("<Q", data, at, first_key)  # the second item's key
+    rewrite_file(ckpt, "items-0.bin", bytes(data))
+    _refused(os.path.dirname(ckpt), match="appears twice")
 
 
 # ----- concurrency, leftovers, pruning -----
