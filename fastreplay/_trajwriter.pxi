@@ -89,14 +89,13 @@ cdef class FlattenPlan:
                 return -1
         for i in range(self.num_columns):
             vals[i] = NULL
-        i = 0
-        while PyDict_Next(d, &pos, &k, &v):
+        for i in range(n):  # n entries: no call to find the end
+            PyDict_Next(d, &pos, &k, &v)
             if k != PyTuple_GET_ITEM(self._order, i):
                 return self._dict_leaves(d, vals) if self._learn(d) else -1
             if PyDict_Check(<object>v) or PyList_Check(<object>v) or PyTuple_Check(<object>v):
                 return -1  # a nest where the plan has a leaf
             vals[self._order_cols[i]] = v
-            i += 1
         return self.num_columns
 
     cdef bint _learn(self, dict d) except -1:
@@ -399,7 +398,8 @@ cdef class _WriterBase:
             for j in range(n):
                 self._item_perm[j] = order[keys[j]]
             self._item_perm_of = keys
-        while PyDict_Next(d, &pos, &k, &v):
+        for i in range(n):  # PyDict_Size(d) == n: no call to find the end
+            PyDict_Next(d, &pos, &k, &v)
             if (k != PyTuple_GET_ITEM(keys, i)
                     or Py_TYPE(<object>v) != <PyTypeObject *>TrajectoryColumn):
                 return 0
@@ -409,5 +409,4 @@ cdef class _WriterBase:
             squeeze[at] = tc._squeeze
             if tc._core is not core or not tc._as_run(&runs[at]):
                 as_runs[0] = False
-            i += 1
         return n
