@@ -76,23 +76,26 @@ static int check_run(fr_writer *w, const fr_ref_run *run, int squeeze, int32_t *
     return FR_OK;
 }
 
-/* Column c of t from the (checked) run: a slice per chunk, and a pin on
- * each cell. */
+/* Column c of t (still empty) from the (checked) run: a slice per chunk,
+ * written in place (fr_trajectory_push_slice's result for slices that never
+ * merge), and a pin on each cell. */
 static void push_run(fr_writer *w, fr_trajectory *t, int32_t c, const fr_ref_run *run) {
     fr_column *col = &w->cols[run->col];
-    fr_cell *start = fr_column_slot(col, run->first);
-    int32_t len = 0;
+    fr_traj_column *tc = &t->columns[c];
+    fr_slice *s = NULL;
+    tc->first_slice = t->n_slices;
+    tc->length = run->count;
     for (int32_t k = 0; k < run->count; k++) {
         fr_cell *cell = fr_column_slot(col, run->first + k);
         cell->pins++; /* fr_column_pin's +1 */
-        if (cell->chunk != start->chunk) {
-            fr_trajectory_push_slice(t, c, start->chunk, start->offset, len);
-            start = cell;
-            len = 0;
+        if (!s || cell->chunk != s->chunk) {
+            fr_chunk_retain(cell->chunk);
+            s = &t->slices[t->n_slices++];
+            *s = (fr_slice){cell->chunk, cell->offset, 0};
+            tc->n_slices++;
         }
-        len++;
+        s->length++;
     }
-    fr_trajectory_push_slice(t, c, start->chunk, start->offset, len);
 }
 
 /* Split each column's rows into maximal runs of consecutive rows of one
