@@ -40,8 +40,8 @@ void fr_keymap_clear(fr_keymap *m);
  *
  * A run's line is the top bits of its hash (Fibonacci hashing proper), so
  * doubling the map sends old bucket i to new buckets near 2i: growth copies
- * in one streaming pass instead of one cache miss per key (the rehashes of a
- * table filling to 140k writer items cost ~0.07 us per writer step). */
+ * in one streaming pass instead of one cache miss per key (a writer filling
+ * a 1M-item table: share per step 1.05-1.11 -> 1.04-1.07 us, paired). */
 #define FR_KEYMAP_RUN_BITS 2
 
 FR_INLINE size_t fr_keymap_bucket(const fr_keymap *m, uint64_t key) {
