@@ -10,7 +10,9 @@ and mutations, in order, in an ``Ops`` list and sends them as one
 * when ``MAX_KEYS`` keys are waiting,
 * before that thread's next other call on the connection (so everything a
   thread does later is answered after its updates were applied), or
-* ``MAX_DELAY`` seconds after the first one waited (the ``Flusher`` thread),
+* ``MAX_DELAY`` seconds after the first one waited (the ``Flusher`` thread;
+  a connection whose socket names its own ``flush_delay`` waits that long:
+  a Ray actor call costs far more than a socket write),
 
 whichever comes first.  The server applies the operations of a frame in
 order, each as one compiled mutation of its table.
@@ -109,6 +111,10 @@ def read_frame(args: dict[str, Any], blob: Any
             for t, a, b, c, d, sizes in runs]
 
 
+def _delay(conn: Any) -> float:
+    return float(getattr(conn.sock, "flush_delay", MAX_DELAY))
+
+
 class Flusher:
     """Sends operations that waited ``MAX_DELAY`` on connections whose
     threads made no call since (one daemon thread per backend, started
@@ -132,7 +138,7 @@ class Flusher:
         with self._cond:
             if self._closed:
                 return
-            self._due.append((conn, time.monotonic() + MAX_DELAY))
+            self._due.append((conn, time.monotonic() + _delay(conn)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="fastreplay-priorities")
@@ -164,7 +170,7 @@ class Flusher:
             if not conn.lock.acquire(blocking=False):
                 # Its thread is in a call, which sends them first; look again.
                 with self._cond:
-                    self._due.append((conn, time.monotonic() + MAX_DELAY))
+                    self._due.append((conn, time.monotonic() + _delay(conn)))
                 continue
             ship = self._ship()
             if ship is None:  # the backend was collected

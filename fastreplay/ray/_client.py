@@ -4,12 +4,12 @@
 Writers are bound to one shard for their life (items must live where their
 chunks live); ``sample_batch`` draws globally exactly (``_draw``); priority
 updates go to the shard in each key's top 8 bits, asynchronously and in
-order per shard (they run on the shard's thread, ahead of its next sample).
+order per shard (queued on the calling thread's connection to the shard,
+ahead of that thread's next sample there).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -64,7 +64,6 @@ class Client:
         self._draw = Draw(self._shards, self._max_age, seed)
         self._bound = [0] * len(self._shards)  # writers bound per shard (this client's)
         self._rng = np.random.default_rng()  # ties between shards to write to
-        self._pending: list[cf.Future[Any]] = []
         self._dropped = 0  # priority updates for keys of unavailable shards
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -213,7 +212,6 @@ class Client:
         meta = self._meta(table)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
-        self._queued()
         if shard is not None:
             return self._draw.one_shard(table, batch_size, timeout, shard)
         if meta["kind"] not in ("prioritized", "uniform"):
@@ -264,7 +262,7 @@ class Client:
         shards = (k >> np.uint64(56)).astype(np.int64)
         for s in np.unique(shards).tolist():
             idx = np.flatnonzero(shards == s)
-            self._submit(s, "update_priorities", table, k[idx].copy(), p[idx].copy())
+            self._submit(s, "update_priorities", table, k[idx], p[idx])
 
     def mutate_priorities(self, table: str, updates: Mapping[int, float] | None = None,
                           deletes: Iterable[int] | None = None) -> None:
@@ -282,36 +280,22 @@ class Client:
         if not 0 <= s < len(self._shards) or s in self._shards.dead:
             self._dropped += len(a)
             return
-        self._pending.append(self._shards.on(s).submit(self._apply, s, op, table, a, b))
-
-    def _apply(self, s: int, op: str, table: str, a: Any, b: Any) -> None:
-        """On shard ``s``'s thread: queue the update on its connection (sent
-        with that thread's next call, or by the connection's flusher)."""
+        # Queued on this thread's connection to the shard: sent with the
+        # thread's next call there, or by the connection's flusher.
         try:
             getattr(self._shards.conn(s), op)(table, a, b)
         except FAILURES:
             self._dropped += len(a)
             self._shards.lost(s)
 
-    def _settle(self, s: int) -> None:
-        try:
-            self._shards.conn(s).sync()
-        except FAILURES:
-            self._shards.lost(s)
-
-    def _queued(self) -> None:
-        """Wait until the updates made so far are queued on their shards'
-        threads (ahead of anything asked of those threads later)."""
-        pending, self._pending = self._pending, []
-        for f in pending:
-            f.result()
-
     def sync(self) -> None:
-        """Wait until the shards applied every priority update sent so far."""
-        self._queued()
-        on = self._shards.on
-        for f in [on(s).submit(self._settle, s) for s in self._shards.started()]:
-            f.result()
+        """Wait until the shards applied every priority update this thread
+        sent so far (as ``fastreplay.Client.sync``)."""
+        for s in self._shards.opened():
+            try:
+                self._shards.conn(s).sync()
+            except FAILURES:
+                self._shards.lost(s)
 
     def stats(self) -> dict[str, int]:
         """Counters: samples, over-fetched items, second rounds, and
@@ -368,8 +352,7 @@ class Client:
         return [str(p) for p in paths]
 
     def close(self) -> None:
-        """Stop this client's shard threads and close its connections."""
-        self._queued()
+        """Close this client's connections."""
         self._shards.close()
 
     def __enter__(self) -> Client:

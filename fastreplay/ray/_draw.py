@@ -57,7 +57,7 @@ class Draw:
         """``n`` items of shard ``s`` alone (its own probabilities)."""
         sh = self._shards
         sh.check(s)
-        r = sh.on(s).submit(sh.fetch, s, table, n, timeout).result()
+        r = sh.fetch(s, table, n, timeout)
         if isinstance(r, BaseException):
             raise sh.lost(s) from None
         if r is None:
@@ -105,12 +105,12 @@ class Draw:
         # Over-fetching asks without waiting (a shard that cannot sample now
         # has no mass in this draw); exact counts wait as a sample would.
         wait = 0.0 if meta["overfetch"] and not use_cache else timeout
-        asked = {s: sh.on(s).submit(sh.fetch, s, table, int(want[s]), wait)
-                 for s in live if want[s] > 0}
         replies: dict[int, Any] = {}
         unavailable = sorted(sh.dead)
-        for s, f in asked.items():
-            r = f.result()
+        for s in live:
+            if want[s] <= 0:
+                continue
+            r = sh.fetch(s, table, int(want[s]), wait)
             if isinstance(r, BaseException):
                 unavailable.append(s)
             elif r is not None:
@@ -146,8 +146,7 @@ class Draw:
         sh = self._shards
         short = {s: int(counts[s]) - (len(replies[s][0]) if s in replies else 0)
                  for s in range(len(sh)) if counts[s] > 0}
-        extra = {s: sh.on(s).submit(sh.fetch, s, table, k, 0)
-                 for s, k in short.items() if k > 0}
+        extra = {s: sh.fetch(s, table, k, 0) for s, k in short.items() if k > 0}
         if extra:
             self.stats["second_rounds"] += 1
         parts: list[Any] = []
@@ -163,7 +162,7 @@ class Draw:
                 leaves.append([np.asarray(x)[:k] for x in _nest.flatten(data)])
                 structure = data
             if s in extra:
-                r = extra[s].result()
+                r = extra[s]
                 if r is None or isinstance(r, BaseException) or not len(r[0]):
                     continue
                 parts.append((s, r[0]))

@@ -53,6 +53,12 @@ class RaySocket:
     #: The client sends a call before reading the replies it owes
     #: (``RemoteBackend.call``): one exchange instead of two.
     pipelined = True
+    #: Seconds queued priority updates wait for the thread's next call
+    #: before the Flusher ships them alone (``priorities``): a learner's
+    #: updates then ride with its next batch asked for ahead, one actor
+    #: call an iteration instead of two (each ~0.3 ms of the client's CPU
+    #: and ~1 ms of latency here, session 16).
+    flush_delay = 0.025
 
     def __init__(self, actor: Any, session_id: int) -> None:
         self._actor = actor

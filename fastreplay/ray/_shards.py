@@ -2,17 +2,21 @@
 
 Each shard is reached through a ``fastreplay.Client`` of its server: on the
 caller's Ray node through the socket / shared-memory transport, elsewhere
-through Ray actor calls (``_link``).  Sampling, priority updates and
-``sync`` for shard *s* run on one thread per shard (``on(s)``), so they keep
-their order per shard and the shards work in parallel.
+through Ray actor calls (``_link``).  Calls run on the calling thread, which
+has its own connection to each shard (as with ``fastreplay.Client``), so a
+thread's priority updates and samples keep their order per shard and a
+thread's batches asked for ahead are judged against its own updates only: a
+``dataset`` worker's batches are not thrown away for the consumer's updates.
+(Running every call of a shard on one thread of its own cost ~0.5 ms of CPU
+a learner iteration in thread hand-offs and threw away half the batches
+asked for ahead, session 16.)
 
 Thread safety: every method may be called from any thread; the lock guards
-the lazily made connections and threads.
+the lazily made connections.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -34,8 +38,8 @@ def _ray() -> Any:
 
 
 class Shards:
-    """The shard actors, their ``hello`` records, one connection and one
-    thread per shard, and which shards do not answer."""
+    """The shard actors, their ``hello`` records, one ``fastreplay.Client``
+    per shard, and which shards do not answer."""
 
     def __init__(self, actors: Sequence[Any], transport: str) -> None:
         if transport not in TRANSPORTS:
@@ -48,7 +52,6 @@ class Shards:
         self._hellos: list[dict[str, Any] | None] = [None] * n
         self._conns: list[ShardClient | None] = [None] * n
         self.kinds: list[str] = [""] * n
-        self._threads: list[cf.ThreadPoolExecutor | None] = [None] * n
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -139,25 +142,13 @@ class Shards:
             except errors.ShardUnavailableError:
                 pass
 
-    def on(self, s: int) -> cf.ThreadPoolExecutor:
-        """The thread that talks to shard ``s``."""
-        ex = self._threads[s]
-        if ex is None:
-            with self._lock:
-                if self._threads[s] is None:
-                    self._threads[s] = cf.ThreadPoolExecutor(
-                        1, thread_name_prefix=f"fastreplay-ray-shard{s}")
-                ex = self._threads[s]
-        assert ex is not None
-        return ex
-
-    def started(self) -> list[int]:
-        """The shards whose thread runs."""
-        return [s for s, t in enumerate(self._threads) if t is not None]
+    def opened(self) -> list[int]:
+        """The shards with a connection."""
+        return [s for s, c in enumerate(self._conns) if c is not None]
 
     def fetch(self, s: int, table: str, n: int, timeout: float | None) -> Any:
-        """``(info, data)`` of ``n`` items of shard ``s`` (on its thread);
-        None when it cannot sample now; the exception when it is gone."""
+        """``(info, data)`` of ``n`` items of shard ``s``; None when it
+        cannot sample now; the exception when it is gone."""
         try:
             return self.conn(s).sample_batch(table, n, timeout=timeout)
         except errors.DeadlineExceededError:
@@ -167,10 +158,6 @@ class Shards:
             return exc
 
     def close(self) -> None:
-        for ex in self._threads:
-            if ex is not None:
-                ex.shutdown(wait=True)
-        self._threads = [None] * len(self.actors)
         for s, conn in enumerate(self._conns):
             if conn is not None:
                 conn.close()
