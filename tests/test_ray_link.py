@@ -411,3 +411,54 @@ def _kinds(data: bytes | None) -> list[int]:
         at, kind, _, _ = got
         kinds.append(kind)
     return kinds
+
+
+def test_a_thread_that_never_updates_keeps_more_batches_ahead(shard, ray_session):  # type: ignore[no-untyped-def]
+    """On a Ray link a thread that never updated priorities (a dataset
+    worker) keeps ``RaySocket.ahead_depth`` batches asked for ahead and asks
+    for half of them in one actor call; once it updates, it keeps the
+    socket transport's two."""
+    from fastreplay.net.remote import AHEAD_DEPTH
+    from fastreplay.ray._link import RaySocket
+
+    client = _client(shard, ray_session)
+    try:
+        client.reset("uniform")
+        with client.trajectory_writer(1) as writer:
+            for i in range(500):
+                writer.append({"x": np.full(2, i, np.float32)})
+                writer.create_item("uniform", 1.0, {"x": writer.history["x"][-1:]})
+        for _ in range(3):
+            client.sample_batch("uniform", 16)
+        conn = client._backend._local.conn  # this thread's connection
+        sock = conn.sock
+        assert isinstance(sock, RaySocket)
+        assert len(conn.ahead) == RaySocket.ahead_depth - 1
+        seq = sock._seq
+        for _ in range(16):
+            info, _ = client.sample_batch("uniform", 16)
+            assert len(info) == 16
+        # 16 batches taken from ahead, refilled 4 at a time: 4 actor calls.
+        assert sock._seq - seq == 4
+        client.update_priorities("uniform", info.key[:1], [2.0])
+        for _ in range(RaySocket.ahead_depth + 2):  # what was asked drains
+            client.sample_batch("uniform", 16)
+            assert len(conn.ahead) <= RaySocket.ahead_depth
+        assert len(conn.ahead) <= AHEAD_DEPTH
+    finally:
+        client.close()
+
+
+def test_queued_updates_wait_longer_on_a_ray_link() -> None:
+    """The Flusher sends a Ray link's queued updates after the socket's own
+    ``flush_delay`` (they ride with the thread's next call), a socket's
+    after ``MAX_DELAY``."""
+    from types import SimpleNamespace
+
+    from fastreplay.net import priorities
+    from fastreplay.ray._link import RaySocket
+
+    ray_conn = SimpleNamespace(sock=RaySocket(None, 1))
+    tcp_conn = SimpleNamespace(sock=object())
+    assert priorities._delay(ray_conn) == RaySocket.flush_delay > priorities.MAX_DELAY
+    assert priorities._delay(tcp_conn) == priorities.MAX_DELAY

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Ahead", "Streak", "eligible"]
+__all__ = ["Ahead", "Streak", "depth", "eligible"]
 
 #: Misses in a row after which a connection stops sampling ahead ...
 MAX_MISSES = 4
@@ -57,6 +57,16 @@ def eligible(info: Any) -> bool:
 
 
 _UNBOUNDED = 1e300  # MinSize's diffs are +-sys.float_info.max
+
+
+def depth(sock: Any, updates: bool, default: int) -> int:
+    """Batches a connection keeps asked for ahead: ``default``, or the
+    socket's own ``ahead_depth`` (a Ray link's, where every message is an
+    actor call) on a connection whose thread never updated priorities (a
+    ``dataset`` worker's: no batch of it is ever thrown away for an
+    update).  Refilled when half are used, all in one message."""
+    deep = int(getattr(sock, "ahead_depth", 0))
+    return deep if deep > default and not updates else default
 
 
 class Ahead:

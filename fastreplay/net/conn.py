@@ -65,6 +65,9 @@ class Conn:
         # False once the server could not map one.
         self.ring: SendRing | None | bool = None
         self.streak = ahead.Streak()
+        # Whether this connection's thread ever queued a priority update
+        # (its batches asked for ahead can then be thrown away for them).
+        self.updates = False
 
     def settle(self, until: Any = None) -> None:
         """Read the replies owed for deferred calls (up to the batch asked

@@ -414,9 +414,11 @@ class RemoteBackend:
             now = getattr(self._local, "conn", None)  # another after a reconnect
             if (now is not None and now.streak.called(table, n)
                     and ahead.eligible(self.table_info(table))):
-                while len(now.ahead) < AHEAD_DEPTH and self._ask_ahead(now, table, n):
-                    pass
-                _push(now)
+                depth = ahead.depth(now.sock, now.updates, AHEAD_DEPTH)
+                if len(now.ahead) <= depth // 2:
+                    while len(now.ahead) < depth and self._ask_ahead(now, table, n):
+                        pass
+                    _push(now)
         result, blob, segment = got
         self._batch_bytes[(table, n)] = int(result["nbytes"])
         if meta is not None and "mass" in result:  # older servers send neither
@@ -597,6 +599,7 @@ class RemoteBackend:
         conn = self._conn(time.monotonic() + self._window)
         with conn.lock:
             first = conn.ops.add(table, keys, priorities, deletes)
+            conn.updates = True
             for a in conn.ahead:
                 a.touched.append(keys)
                 if deletes is not None:
