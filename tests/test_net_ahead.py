@@ -411,3 +411,22 @@ def test_each_thread_samples_ahead_for_itself(server: Server) -> None:
     finally:
         be.close()
     assert failures == []
+
+
+def test_any_in_matches_isin() -> None:
+    """The sorted search ``usable`` uses agrees with ``np.isin`` (keys at
+    both ends of the uint64 range, several touched arrays, empty ones)."""
+    from fastreplay.net.ahead import _any_in
+
+    rng = np.random.default_rng(3)
+    top = np.iinfo(np.uint64).max
+    for _ in range(300):
+        keys = rng.integers(0, 64, rng.integers(0, 20), dtype=np.uint64)
+        touched = [rng.integers(0, 64, rng.integers(0, 10), dtype=np.uint64)
+                   for _ in range(rng.integers(1, 4))]
+        if rng.random() < 0.3:
+            keys = np.append(keys, np.uint64(top))
+        if rng.random() < 0.3:
+            touched[0] = np.append(touched[0], np.uint64(top))
+        want = bool(np.isin(keys, np.concatenate(touched)).any())
+        assert _any_in(keys, touched) == want

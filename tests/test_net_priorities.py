@@ -505,3 +505,37 @@ def test_many_frames_owed_are_read_in_time(server: Server, backend: RemoteBacken
             want[k] = p
     backend.settle()
     assert state(server.tables["c"]) == sorted(want.items())
+
+
+def test_flusher_leaves_operations_queued_after_its_look() -> None:
+    """A look the Flusher scheduled for operations the thread's call already
+    sent does not send the ones queued since (they have a look of their
+    own, a delay after they were queued): one message, not two."""
+    import threading as th
+    import types as ty
+
+    delay = 0.2  # the socket's own flush_delay, long enough to time reliably
+    shipped: list[float] = []
+    conn = ty.SimpleNamespace(sock=ty.SimpleNamespace(flush_delay=delay),
+                              lock=th.RLock(), ops=priorities.Ops())
+    flusher = priorities.Flusher(lambda c: (shipped.append(time.monotonic()),
+                                            c.ops.take()))
+    try:
+        keys, prios = np.arange(3, dtype=np.uint64), np.ones(3)
+        assert conn.ops.add("t", keys, prios, None)
+        flusher.watch(conn)
+        with conn.lock:  # the thread's call sends them ...
+            conn.ops.take()
+        # ... and queues more just before the first look.
+        time.sleep(delay * 0.75)
+        assert conn.ops.add("t", keys, prios, None)
+        flusher.watch(conn)
+        first = conn.ops.since
+        deadline = time.monotonic() + 5
+        while not shipped and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert shipped, "the Flusher never sent the operations"
+        assert shipped[0] - first >= delay / 2
+        assert not conn.ops.items
+    finally:
+        flusher.close()

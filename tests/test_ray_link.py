@@ -462,3 +462,31 @@ def test_queued_updates_wait_longer_on_a_ray_link() -> None:
     tcp_conn = SimpleNamespace(sock=object())
     assert priorities._delay(ray_conn) == RaySocket.flush_delay > priorities.MAX_DELAY
     assert priorities._delay(tcp_conn) == priorities.MAX_DELAY
+
+
+def test_a_call_whose_batches_ahead_were_touched_is_one_actor_call(shard, ray_session):  # type: ignore[no-untyped-def]
+    """A learner updating the keys of every batch (a table of 8 items,
+    batches of 8): each batch asked ahead is thrown away, and the call asks
+    for its own batch together with the next ones in one actor call, not a
+    call and then the asks (two); the batch reflects the updates."""
+    from fastreplay.ray._link import RaySocket
+
+    client = _client(shard, ray_session)
+    try:
+        client.reset("prio")
+        for i in range(8):
+            client.insert([np.full(2, i, np.float32)], {"prio": 1.0})
+        keys = ray_session.get(shard.keys.remote("prio"), timeout=30)
+        for _ in range(3):
+            client.sample_batch("prio", 8)
+        conn = client._backend._local.conn
+        sock = conn.sock
+        assert isinstance(sock, RaySocket)
+        for i in range(10):
+            client.update_priorities("prio", keys, np.full(len(keys), 2.0 + i))
+            seq = sock._seq
+            info, _ = client.sample_batch("prio", 8)
+            assert sock._seq - seq == 1
+            np.testing.assert_array_equal(info.priority, 2.0 + i)
+    finally:
+        client.close()

@@ -98,7 +98,19 @@ class Ahead:
         keys = _keys_of(result, blob, self.segment)
         if keys is None:
             return False
-        return not np.isin(keys, np.concatenate(self.touched)).any()
+        return not _any_in(keys, self.touched)
+
+
+def _any_in(keys: np.ndarray, touched: list[np.ndarray]) -> bool:
+    """Whether any of ``keys`` is in one of the ``touched`` arrays (a sorted
+    search: ``np.isin`` cost ~160 us a call for a few hundred keys, twice a
+    learner iteration over two shards, session 16)."""
+    t = np.sort(touched[0] if len(touched) == 1 else np.concatenate(touched))
+    if not len(t) or not len(keys):
+        return False
+    at = np.searchsorted(t, keys)
+    np.minimum(at, len(t) - 1, out=at)
+    return bool((t[at] == keys).any())
 
 
 def _keys_of(result: Any, blob: Any, segment: Any) -> np.ndarray | None:

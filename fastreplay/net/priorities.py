@@ -177,7 +177,10 @@ class Flusher:
                 conn.lock.release()
                 return
             try:
-                if conn.ops.items:
+                # Operations queued after those this look was for (the
+                # thread's calls sent those) have a look of their own.
+                if conn.ops.items and (time.monotonic() - conn.ops.since
+                                       >= _delay(conn) / 2):
                     ship(conn)
             except (OSError, wire.FrameError):
                 pass  # the thread's next call reconnects and sends them again

@@ -404,6 +404,8 @@ class RemoteBackend:
         conn = self._conn(time.monotonic() + self._window)
         with conn.lock:
             got = self._take_ahead(conn, table, n)
+            if got is None and self._ask_with_next(conn, table, n):
+                got = self._take_ahead(conn, table, n)
             if got is None:
                 args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
                 segment = self._segment_for(table, n)
@@ -433,6 +435,22 @@ class RemoteBackend:
         k = result["n_info"]
         return (SampleInfoBatch(*arrays[:k]), arrays[k:],
                 structure_from_json(result["structure"]))
+
+    def _ask_with_next(self, conn: Conn, table: str, n: int) -> bool:
+        """On a pipelined connection (a Ray link, where each message is an
+        actor call), a call in a streak whose batches asked ahead were all
+        thrown away asks for its own batch the way batches are asked ahead,
+        together with the next ones, in one message; True when asked.  (A
+        call and then the asks would be two actor calls.)"""
+        streak = conn.streak
+        if not (getattr(conn.sock, "pipelined", False) and streak.last == (table, n)
+                and streak.count >= 1 and not streak.pause
+                and ahead.eligible(self.table_info(table))):
+            return False
+        depth = ahead.depth(conn.sock, conn.updates, AHEAD_DEPTH)
+        while len(conn.ahead) <= depth and self._ask_ahead(conn, table, n):
+            pass
+        return bool(conn.ahead)
 
     def _segment_for(self, table: str, n: int) -> tuple[Conn, Any] | None:
         """A shared-memory segment for a batch of ``n`` of ``table`` when

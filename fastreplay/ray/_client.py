@@ -259,10 +259,19 @@ class Client:
         if not np.all(p >= 0):
             raise errors.InvalidPriorityError(
                 f"priorities must be >= 0 and not NaN (table '{table}')")
-        shards = (k >> np.uint64(56)).astype(np.int64)
-        for s in np.unique(shards).tolist():
-            idx = np.flatnonzero(shards == s)
-            self._submit(s, "update_priorities", table, k[idx], p[idx])
+        if not len(k):
+            return
+        shards = k >> np.uint64(56)
+        lo, hi = int(shards.min()), int(shards.max())
+        if lo == hi:
+            self._submit(lo, "update_priorities", table, k, p)
+            return
+        for s in range(lo, min(hi, len(self._shards) - 1) + 1):
+            mask = shards == s
+            if mask.any():
+                self._submit(s, "update_priorities", table, k[mask], p[mask])
+        if hi >= len(self._shards):  # keys of no shard: dropped and counted
+            self._dropped += int((shards >= len(self._shards)).sum())
 
     def mutate_priorities(self, table: str, updates: Mapping[int, float] | None = None,
                           deletes: Iterable[int] | None = None) -> None:
