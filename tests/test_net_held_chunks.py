@@ -53,3 +53,27 @@ def test_a_frame_larger_than_the_limit_keeps_all_its_chunks():
         assert sorted(held._keys.tolist()) == list(range(5, 12))
     finally:
         outbox.KEEP_CHUNKS = saved
+
+
+def test_growing_keys_forget_the_oldest_frames_first():
+    """A writer's chunk keys grow (the path that appends and slices): each
+    frame's chunks are new, and the oldest frames' chunks are forgotten
+    first, whole frames at a time once the limit is reached."""
+    held = outbox.HeldChunks()
+    saved = outbox.KEEP_CHUNKS
+    outbox.KEEP_CHUNKS = 20
+    try:
+        for f in range(10):
+            wanted = np.arange(10 * f, 10 * f + 10, dtype=np.uint64)
+            new, forget = held.use(wanted)
+            assert new.all()
+            want_forget = list(range(10 * (f - 2), 10 * (f - 1))) if f >= 2 else []
+            assert forget.tolist() == want_forget
+            assert held._keys.tolist() == list(range(max(0, 10 * (f - 1)), 10 * f + 10))
+        # a key kept from the older frame is used again: one of the others
+        # of that frame goes (the general path: the first kept key is recent)
+        new, forget = held.use(np.array([80, 100], dtype=np.uint64))
+        assert new.tolist() == [False, True]
+        assert len(forget) == 1 and 81 <= int(forget[0]) <= 89
+    finally:
+        outbox.KEEP_CHUNKS = saved

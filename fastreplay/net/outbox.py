@@ -276,28 +276,41 @@ class HeldChunks:
     def use(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A frame uses the chunks of sorted unique keys ``wanted``: which
         of them the server lacks (a mask over ``wanted``; they count as kept
-        from now on) and the keys it may forget (never one of ``wanted``)."""
+        from now on) and the keys it may forget (never one of ``wanted``).
+
+        A writer's chunk keys grow, so new keys usually go after every kept
+        one and the least recently used are the first kept: then a frame
+        costs an append and a slice instead of a sort and a partition of
+        every kept key (~110 us a frame with 8k kept, 2.7 us an item of a
+        frame of 40 one-step items, session 16)."""
         self._clock += 1
-        pos = np.searchsorted(self._keys, wanted)
+        keys, stamps = self._keys, self._stamps
+        pos = np.searchsorted(keys, wanted)
         held = np.zeros(len(wanted), bool)
-        inside = pos < len(self._keys)
-        held[inside] = self._keys[pos[inside]] == wanted[inside]
-        self._stamps[pos[held]] = self._clock
+        inside = pos < len(keys)
+        held[inside] = keys[pos[inside]] == wanted[inside]
+        stamps[pos[held]] = self._clock
         new = ~held
         if new.any():
-            keys = np.concatenate([self._keys, wanted[new]])
-            stamps = np.concatenate([self._stamps,
-                                     np.full(int(new.sum()), self._clock, np.int64)])
-            order = np.argsort(keys, kind="stable")
-            self._keys, self._stamps = keys[order], stamps[order]
+            add = wanted[new]
+            keys = np.concatenate([keys, add])
+            stamps = np.concatenate([stamps, np.full(len(add), self._clock, np.int64)])
+            if len(keys) > len(add) and add[0] < keys[len(keys) - len(add) - 1]:
+                order = np.argsort(keys, kind="stable")
+                keys, stamps = keys[order], stamps[order]
         forget = np.empty(0, np.uint64)
-        excess = len(self._keys) - KEEP_CHUNKS
+        excess = len(keys) - KEEP_CHUNKS
         if excess > 0:
-            old = np.flatnonzero(self._stamps < self._clock)
-            if len(old) > excess:
-                old = old[np.argpartition(self._stamps[old], excess - 1)[:excess]]
-            forget = self._keys[old]
-            keep = np.ones(len(self._keys), bool)
-            keep[old] = False
-            self._keys, self._stamps = self._keys[keep], self._stamps[keep]
+            head = int(stamps[:excess].max())
+            if head < self._clock and head <= int(stamps[excess:].min()):
+                forget, keys, stamps = keys[:excess], keys[excess:], stamps[excess:]
+            else:
+                old = np.flatnonzero(stamps < self._clock)
+                if len(old) > excess:
+                    old = old[np.argpartition(stamps[old], excess - 1)[:excess]]
+                forget = keys[old]
+                keep = np.ones(len(keys), bool)
+                keep[old] = False
+                keys, stamps = keys[keep], stamps[keep]
+        self._keys, self._stamps = keys, stamps
         return new, forget
