@@ -194,12 +194,19 @@ def chunk_bytes(handles: list[ChunkHandle] | ChunkList, index: Any = None) -> in
 def pack_chunks(
     handles: list[ChunkHandle] | ChunkList, index: Any = None, out: Any = None
 ) -> tuple[np.ndarray[Any, Any], Any]: ...
+@disjoint_base
+class ChunkMap:
+    def __len__(self) -> int: ...
+    def __contains__(self, key: object) -> bool: ...
+    def forget(self, keys: Any) -> None: ...
+    def clear(self) -> None: ...
+
 def restore_chunks(
-    store: ChunkStore, chunk_map: dict[int, ChunkHandle], records: Any, data: Any
+    store: ChunkStore, chunk_map: ChunkMap, records: Any, data: Any
 ) -> None: ...
 def insert_wire(
     table: TableCore,
-    chunk_map: dict[int, ChunkHandle],
+    chunk_map: ChunkMap,
     items: Any,
     columns: Any,
     slices: Any,

@@ -98,6 +98,17 @@ cdef extern from "chunk.h" nogil:
     void fr_store_stats(fr_store *s, int64_t out[3])
 
 
+cdef extern from "keymap.h" nogil:
+    ctypedef struct fr_keymap:
+        size_t size
+    int fr_keymap_init(fr_keymap *m)
+    void fr_keymap_free(fr_keymap *m)
+    void fr_keymap_clear(fr_keymap *m)
+    int32_t fr_keymap_get(const fr_keymap *m, uint64_t key)
+    int fr_keymap_put(fr_keymap *m, uint64_t key, int32_t val)
+    int32_t fr_keymap_del(fr_keymap *m, uint64_t key)
+
+
 cdef extern from "rng.h" nogil:
     ctypedef struct fr_rng:
         uint64_t s[4]

@@ -298,10 +298,113 @@ def pack_chunks(handles, index=None, out=None) -> tuple:
     return records, data
 
 
-def restore_chunks(ChunkStore store not None, dict chunk_map, records, data) -> None:
-    """Rebuild chunks sent by a peer into ``chunk_map`` (key ->
-    ChunkHandle); every field is checked against ``data`` before anything is
-    allocated (DataLossError)."""
+cdef class ChunkMap:
+    """The chunks a server keeps for one connection, by key: one reference
+    each, released by ``forget``, ``clear`` or collection.  Compiled (a key
+    map of slots) because a writer making one item per step sends a chunk
+    per column a step: a dict of ChunkHandles cost the server a Python int,
+    an object and three dict operations a chunk (~25% of its time on a
+    remote writer's inserts, perf, session 16).  Not thread-safe: one
+    connection's thread uses it."""
+
+    cdef fr_keymap _km
+    cdef fr_chunk **_c
+    cdef int32_t *_free
+    cdef int32_t _n_free, _cap
+
+    def __cinit__(self):
+        if fr_keymap_init(&self._km) != FR_OK:
+            raise MemoryError()
+        self._c, self._free, self._n_free, self._cap = NULL, NULL, 0, 0
+
+    def __dealloc__(self):
+        self._release_all()
+        fr_keymap_free(&self._km)
+        free(self._c)
+        free(self._free)
+
+    cdef void _release_all(self):
+        cdef int32_t i
+        for i in range(self._cap):
+            if self._c[i] != NULL:
+                fr_chunk_release(self._c[i])
+                self._c[i] = NULL
+
+    def __len__(self) -> int:
+        return self._km.size
+
+    def __contains__(self, key) -> bool:
+        return fr_keymap_get(&self._km, <uint64_t>key) >= 0
+
+    cdef fr_chunk *get(self, uint64_t key):
+        cdef int32_t i = fr_keymap_get(&self._km, key)
+        return NULL if i < 0 else self._c[i]
+
+    cdef int put(self, uint64_t key, fr_chunk *c) except -1:
+        """Keep ``c`` (its reference passes to the map) under ``key``,
+        releasing a chunk kept under it before."""
+        cdef int32_t i = fr_keymap_get(&self._km, key)
+        cdef int32_t cap
+        cdef fr_chunk **grown_c
+        cdef int32_t *grown_f
+        if i >= 0:
+            fr_chunk_release(self._c[i])
+            self._c[i] = c
+            return 0
+        if self._n_free == 0:
+            cap = max(64, 2 * self._cap)
+            grown_c = <fr_chunk **>realloc(self._c, cap * sizeof(fr_chunk *))
+            if grown_c == NULL:
+                fr_chunk_release(c)
+                raise MemoryError()
+            self._c = grown_c
+            grown_f = <int32_t *>realloc(self._free, cap * sizeof(int32_t))
+            if grown_f == NULL:
+                fr_chunk_release(c)
+                raise MemoryError()
+            self._free = grown_f
+            for i in range(cap - 1, self._cap - 1, -1):
+                self._c[i] = NULL
+                self._free[self._n_free] = i
+                self._n_free += 1
+            self._cap = cap
+        i = self._free[self._n_free - 1]
+        if fr_keymap_put(&self._km, key, i) != FR_OK:
+            fr_chunk_release(c)
+            raise MemoryError()
+        self._n_free -= 1
+        self._c[i] = c
+        return 0
+
+    def forget(self, keys) -> None:
+        """Release the chunks of ``keys`` (uint64; absent ones are skipped)."""
+        cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef Py_ssize_t k
+        cdef int32_t i
+        for k in range(kv.shape[0]):
+            i = fr_keymap_del(&self._km, kv[k])
+            if i >= 0:
+                fr_chunk_release(self._c[i])
+                self._c[i] = NULL
+                self._free[self._n_free] = i
+                self._n_free += 1
+
+    def clear(self) -> None:
+        """Release every chunk."""
+        cdef int32_t i
+        self._release_all()
+        fr_keymap_clear(&self._km)
+        self._n_free = 0
+        for i in range(self._cap - 1, -1, -1):
+            self._free[self._n_free] = i
+            self._n_free += 1
+
+
+def restore_chunks(ChunkStore store not None, ChunkMap chunk_map not None, records,
+                   data) -> None:
+    """Rebuild chunks sent by a peer into ``chunk_map``; every field is
+    checked against ``data`` before anything is allocated
+    (DataLossError)."""
     cdef Py_ssize_t k, n = len(records)
     cdef const unsigned char[::1] dv = data if len(data) else b"\0"
     cdef int64_t size = len(data)
@@ -320,7 +423,7 @@ def restore_chunks(ChunkStore store not None, dict chunk_map, records, data) -> 
                              r.stored_bytes)
         if c == NULL:
             raise errors.DataLossError(f"chunk {r.key} is inconsistent")
-        chunk_map[r.key] = ChunkHandle.adopt(c)
+        chunk_map.put(r.key, c)
 
 
 cdef const fr_spec *_wire_spec(object spec, Py_ssize_t i) except NULL:
@@ -348,8 +451,8 @@ cdef const fr_spec *_wire_spec(object spec, Py_ssize_t i) except NULL:
     return out
 
 
-def insert_wire(TableCore table not None, dict chunk_map, items, columns, slices,
-                list specs, timeout=None) -> int:
+def insert_wire(TableCore table not None, ChunkMap chunk_map not None, items, columns,
+                slices, list specs, timeout=None) -> int:
     """Check every record, then insert the items (records of
     export_wire; slices name chunks of ``chunk_map``) through the rate
     limiter, waiting up to ``timeout``; returns how many were inserted.  A
@@ -367,7 +470,7 @@ def insert_wire(TableCore table not None, dict chunk_map, items, columns, slices
     cdef Py_ssize_t i, j, q, c, s, built = 0
     cdef int64_t rows, want, done = 0, bad = -1, tns = _timeout_ns(timeout)
     cdef int rc
-    cdef ChunkHandle h
+    cdef fr_chunk *h
     cdef fr_trajectory *t
     try:
         if not sp or not ch or not keys or not prios or not trajs:
@@ -392,16 +495,16 @@ def insert_wire(TableCore table not None, dict chunk_map, items, columns, slices
                 rows = 0
                 for q in range(cv[c].n_slices):
                     h = chunk_map.get(sv[s].chunk)
-                    if h is None:
+                    if h == NULL:
                         raise errors.DataLossError(
                             f"item {iv[i].key}: unknown chunk {sv[s].chunk}")
                     if (sv[s].offset < 0 or sv[s].length < 1 or
-                            sv[s].offset > h._c.n_rows - sv[s].length or
-                            h._c.row_bytes != want):
+                            sv[s].offset > h.n_rows - sv[s].length or
+                            h.row_bytes != want):
                         raise errors.DataLossError(
                             f"item {iv[i].key}: slice ({sv[s].offset}, "
                             f"{sv[s].length}) does not fit chunk {sv[s].chunk}")
-                    ch[s] = h._c
+                    ch[s] = h
                     rows += sv[s].length
                     s += 1
                 if rows >= 2**31 or (cv[c].squeeze and rows != 1):

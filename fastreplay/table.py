@@ -537,7 +537,7 @@ class Table:
         what the network transport sends."""
         return _core.export_wire(self._core, max_items)
 
-    def insert_records(self, chunk_map: dict[int, Any], items: Any, columns: Any,
+    def insert_records(self, chunk_map: _core.ChunkMap, items: Any, columns: Any,
                        slices: Any, specs: list[Any],
                        timeout: float | None = None) -> int:
         """Insert items sent as :meth:`export_records` gives them through

@@ -39,7 +39,7 @@ class _State:
     come and the shared-memory segments its client attached."""
 
     def __init__(self) -> None:
-        self.chunks: dict[int, Any] = {}
+        self.chunks = _core.ChunkMap()
         self.segments: dict[str, Any] = {}
 
 
@@ -277,8 +277,7 @@ class Service:
             items, columns, slices, chunk_records, forget = (
                 _as_records(a, d) for a, d in zip(raw, _RECORD_DTYPES, strict=True))
             data = _chunk_data(args["data"], blob, state)
-            for key in forget.tolist():
-                chunks.pop(key, None)
+            chunks.forget(forget)
             _core.restore_chunks(self._server.chunk_store, chunks, chunk_records, data)
             if len(chunks) > MAX_CHUNKS_PER_CONNECTION:
                 raise _ProtocolError("too many chunks kept for one connection")
