@@ -77,3 +77,47 @@ def test_growing_keys_forget_the_oldest_frames_first():
         assert len(forget) == 1 and 81 <= int(forget[0]) <= 89
     finally:
         outbox.KEEP_CHUNKS = saved
+
+
+def test_frames_split_from_one_export_carry_every_chunk_they_use(monkeypatch):
+    """An export larger than FRAME_ITEMS goes out in several frames; items
+    of overlapping sequences share chunks across the frames' boundaries,
+    and every item arrives whole (its chunks sent or kept by the server)."""
+    import socket
+
+    import fastreplay
+
+    monkeypatch.setattr(outbox, "FRAME_ITEMS", 3)
+    monkeypatch.setattr(outbox, "COALESCE_S", 0.05)  # many items staged a pass
+    frames: list[int] = []
+    ship = outbox.Outbox._ship_part
+
+    def counted(self, table, records, *args):  # type: ignore[no-untyped-def]
+        frames.append(len(records[0]))
+        return ship(self, table, records, *args)
+
+    monkeypatch.setattr(outbox.Outbox, "_ship_part", counted)
+    table = fastreplay.Table("t", fastreplay.selectors.Uniform(),
+                             fastreplay.selectors.Fifo(), 1000,
+                             fastreplay.rate_limiters.MinSize(1))
+    server = fastreplay.Server([table], port=0)
+    try:
+        port = server.port
+        client = fastreplay.Client(  # a connector: the remote path in process
+            f"127.0.0.1:{port}",
+            connector=lambda t: socket.create_connection(("127.0.0.1", port), t))
+        with client.trajectory_writer(4) as w:
+            for i in range(40):
+                w.append({"x": np.full(2, i, np.float32)})
+                if i >= 3:
+                    w.create_item("t", 1.0, {"x": w.history["x"][-4:]})
+        client.close()
+        assert server.tables["t"].size == 37
+        assert sum(frames) == 37 and max(frames) <= 3 and len(frames) >= 13
+        local = fastreplay.Client(f"localhost:{server.port}")
+        _, data = local.sample_batch("t", 500)
+        rows = np.asarray(data["x"])[:, :, 0]
+        assert (np.diff(rows, axis=1) == 1).all()  # 4 consecutive steps each
+        assert set(rows[:, 0].tolist()) == set(range(37))
+    finally:
+        server.stop()

@@ -178,6 +178,12 @@ class Outbox:
 
         items, columns, slices = records
         order = np.argsort(keys)
+        sorted_keys = keys[order]
+        if len(items) <= FRAME_ITEMS:
+            # One frame uses every exported chunk (export_wire gives each
+            # distinct chunk of the items once): nothing to search.
+            self._ship_part(table, records, specs, handles, sorted_keys, order)
+            return
         col_end = np.cumsum(items["n_columns"])
         slice_end = np.cumsum(columns["n_slices"])
         for lo in range(0, len(items), FRAME_ITEMS):
@@ -186,7 +192,9 @@ class Outbox:
             s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
             part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
             wanted = np.unique(part[2]["chunk"])  # sorted
-            at = order[np.searchsorted(keys, wanted, sorter=order)]
+            # A plain search of the sorted keys: searching through a sorter
+            # jumps around memory (~10% of a fast remote writer's time).
+            at = order[np.searchsorted(sorted_keys, wanted)]
             self._ship_part(table, part, specs, handles, wanted, at)
 
     def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
