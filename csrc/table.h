@@ -246,4 +246,13 @@ int fr_table_get(fr_table *t, uint64_t key, fr_item *out);
  * cap).  Payloads copied out are retained for the caller. */
 int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap);
 
+/* The oldest min(cap, size) items, oldest first, into out, for a table
+ * whose remover or sampler is Fifo (its list is the insertion order): no
+ * scan of the key map and no sort, and only those items' payloads are
+ * retained for the caller (a remote writer's outbox exports its staging
+ * queue this way: scanning and sorting every staged item cost ~15% of a
+ * fast writer's time, perf, session 16).  Returns how many were copied,
+ * or -1 (nothing copied) for a table without a Fifo selector. */
+int64_t fr_table_items_oldest(fr_table *t, fr_item *out, int64_t cap);
+
 #endif /* FASTREPLAY_TABLE_H */

@@ -139,3 +139,20 @@ int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap) {
     pthread_mutex_unlock(&t->mu);
     return n;
 }
+
+int64_t fr_table_items_oldest(fr_table *t, fr_item *out, int64_t cap) {
+    pthread_mutex_lock(&t->mu);
+    const fr_selector *s = t->remover.kind == FR_SEL_FIFO ? &t->remover
+                           : t->sampler.kind == FR_SEL_FIFO ? &t->sampler : NULL;
+    int64_t k = -1;
+    if (s != NULL) {
+        k = 0;
+        for (int32_t slot = s->head; slot >= 0 && k < cap; slot = s->next[slot]) {
+            out[k] = t->items[slot];
+            if (t->ops.retain) t->ops.retain(t->ops.ctx, out[k].payload);
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return k;
+}

@@ -95,17 +95,22 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     ITEM_DTYPE, COLUMN_DTYPE and SLICE_DTYPE (slices name chunks by key),
     the distinct column specs as ``(kind, itemsize, shape)``, a ChunkHandle
     per distinct chunk and their keys (uint64, in the same order)."""
-    cdef int64_t cap = fr_table_size(table._t) + 16, n, i
-    cdef fr_item *buf
-    while True:  # fr_table_items copies (and retains) nothing when cap is short
-        buf = <fr_item *>malloc(cap * sizeof(fr_item))
-        if buf == NULL:
-            raise MemoryError()
+    cdef int64_t cap = min(fr_table_size(table._t), max(max_items, 0)) + 16, n, i
+    cdef fr_item *buf = <fr_item *>malloc(cap * sizeof(fr_item))
+    if buf == NULL:
+        raise MemoryError()
+    # A Fifo table (a staging queue) gives its oldest items in order.
+    n = fr_table_items_oldest(table._t, buf, min(cap, max(max_items, 0)))
+    while n < 0:  # fr_table_items copies (and retains) nothing when cap is short
         n = fr_table_items(table._t, buf, cap)
         if n <= cap:
             break
         free(buf)
         cap = n + 16
+        buf = <fr_item *>malloc(cap * sizeof(fr_item))
+        if buf == NULL:
+            raise MemoryError()
+        n = -1
     cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0, n_keys = 0
     cdef fr_trajectory *t
     cdef int32_t ci, si, sid

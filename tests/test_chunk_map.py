@@ -91,3 +91,29 @@ def test_an_item_naming_a_forgotten_chunk_is_refused_and_nothing_inserted() -> N
         table.insert_records(cm, items, columns, bad, specs)
     assert table.size == 0
     server.stop()
+
+
+@pytest.mark.parametrize("fifo", [True, False])
+def test_export_gives_the_oldest_items_in_insertion_order(fifo: bool) -> None:
+    """export_records(m): the m oldest items, oldest first, whether the
+    table walks its Fifo list (a staging queue) or scans and sorts (any
+    other table); items sampled away or deleted are skipped."""
+    sel, lim = fastreplay.selectors, fastreplay.rate_limiters
+    table = (fastreplay.Table.queue("q", 100) if fifo else
+             fastreplay.Table("q", sel.Prioritized(1.0), sel.Uniform(), 100,
+                              lim.MinSize(1)))
+    server = fastreplay.Server([table])
+    client = fastreplay.Client(f"localhost:{server.port}")
+    for i in range(10):
+        client.insert([np.full(2, i, np.float32)], {"q": 1.0 + i})
+    keys = [int(k) for k in table.items()["key"]]
+    if fifo:
+        first = table.sample(2, timeout=0).key  # a queue's consumer takes two
+        assert len(first) == 2
+    else:
+        client.mutate_priorities("q", deletes=[keys[0], keys[1]])
+    items, *_ = table.export_records(3)
+    assert items["priority"].tolist() == [3.0, 4.0, 5.0]
+    items, *_ = table.export_records(50)
+    assert items["priority"].tolist() == [3.0 + i for i in range(8)]
+    server.stop()
