@@ -430,3 +430,32 @@ def test_any_in_matches_isin() -> None:
             touched[0] = np.append(touched[0], np.uint64(top))
         want = bool(np.isin(keys, np.concatenate(touched)).any())
         assert _any_in(keys, touched) == want
+
+
+def test_a_thread_that_ended_has_its_connection_closed(server: Server,
+                                                       backend: RemoteBackend) -> None:
+    """Threads that sample and end (a dataset's worker each time a dataset
+    is made) do not each leave a connection open: the next thread to
+    connect closes theirs, after sending the updates they queued."""
+    import threading
+
+    key = int(server.tables["prio"].items()["key"][0])
+
+    def work(update: bool) -> None:
+        for _ in range(3):
+            backend.sample_batch("prio", 4, None)  # batches asked ahead too
+        if update:
+            backend.update_priorities("prio", [key], [9.0])
+
+    for i in range(8):
+        t = threading.Thread(target=work, args=(i == 7,))
+        t.start()
+        t.join(timeout=WAIT)
+        assert not t.is_alive()
+        del t
+        gc.collect()
+    assert len(backend._gone) == 1  # the last one's, closed at the next connect
+    work(False)  # this thread connects: the ended ones' connections close
+    assert len(backend._gone) == 0
+    assert len(backend._conns) <= 2  # this thread's (and the outbox's, if any)
+    assert server.tables["prio"].get(key)[1] == 9.0  # sent before closing

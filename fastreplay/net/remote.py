@@ -82,6 +82,9 @@ class RemoteBackend:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conns: list[Conn] = []
+        # Connections of threads that ended, closed by the next _connect
+        # (a finalizer must not take locks: it may run anywhere).
+        self._gone: list[Conn] = []
         self._staging: dict[str, Table] | None = None
         self._key_prefix: int | None = None  # the server's (hello)
         self._infos: dict[str, TableInfo] = {}
@@ -166,6 +169,7 @@ class RemoteBackend:
                 table._set_key_prefix(prefix)
 
     def _connect(self, deadline: float) -> Conn:
+        self._reap()
         delay = 0.01
         while True:
             try:
@@ -176,6 +180,11 @@ class RemoteBackend:
                 conn = Conn(sock)
                 with self._lock:
                     self._conns.append(conn)
+                # A thread's connection closes once the thread is gone (a
+                # dataset's worker, say): threads that come and go would
+                # otherwise each leave one open, with a Ray link's session.
+                weakref.finalize(threading.current_thread(), _thread_gone,
+                                 weakref.ref(self), conn)
                 return conn
             except (OSError, wire.FrameError) as exc:
                 if isinstance(exc, errors.ReverbError):
@@ -188,6 +197,18 @@ class RemoteBackend:
                         "(reconnect_window)") from None
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
+
+    def _reap(self) -> None:
+        """Close the connections of threads that ended, after sending what
+        they queued and reading what they are owed."""
+        while self._gone:
+            conn = self._gone.pop()
+            with self._lock:
+                if conn not in self._conns:
+                    continue  # dropped or closed meanwhile
+                self._conns.remove(conn)
+            deliver(conn, self._ship_ops)
+            conn.close()
 
     def _conn(self, deadline: float) -> Conn:
         conn: Conn | None = getattr(self._local, "conn", None)
@@ -686,6 +707,12 @@ def _push(conn: Conn) -> None:
             push()
         except OSError:
             pass  # the next call finds the connection broken, reconnects
+
+
+def _thread_gone(ref: weakref.ref[RemoteBackend], conn: Conn) -> None:
+    backend = ref()
+    if backend is not None:
+        backend._gone.append(conn)
 
 
 def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:
