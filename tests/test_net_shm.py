@@ -1,5 +1,5 @@
 """Large batches from a server of another process on this host come through
-shared memory (fastreplay/net/remote.py, csrc/shm.c): same data as over the
+shared memory (fastreplay/net/sampling.py, csrc/shm.c): same data as over the
 socket, batches a caller keeps are never overwritten, nothing is left in
 /dev/shm, and a segment the server can't map falls back to the socket."""
 

@@ -418,7 +418,7 @@ def test_a_thread_that_never_updates_keeps_more_batches_ahead(shard, ray_session
     worker) keeps ``RaySocket.ahead_depth`` batches asked for ahead and asks
     for half of them in one actor call; once it updates, it keeps the
     socket transport's two."""
-    from fastreplay.net.remote import AHEAD_DEPTH
+    from fastreplay.net.sampling import AHEAD_DEPTH
     from fastreplay.ray._link import RaySocket
 
     client = _client(shard, ray_session)

@@ -1,7 +1,8 @@
 """One connection of a ``RemoteBackend`` to a server, and what the client
 keeps for it: deferred calls not yet confirmed, priority updates not yet
 sent, batches asked for ahead, the chunks the server holds, shared-memory
-segments and the ring (``remote.py`` makes and uses them)."""
+segments and the ring (``remote.py`` and ``sampling.py`` make and use
+them)."""
 
 from __future__ import annotations
 
@@ -113,6 +114,18 @@ def deliver(conn: Conn, ship: Any) -> None:
             conn.settle()
         except Exception:  # noqa: BLE001 - closing: errors are no one's now
             pass
+
+
+def push(conn: Conn) -> None:
+    """Ship what a connector's socket-like object buffers (``push``, e.g.
+    a Ray link's, which otherwise waits for 64 KiB or a read): for
+    requests sent ahead of their reads."""
+    ship = getattr(conn.sock, "push", None)
+    if ship is not None:
+        try:
+            ship()
+        except OSError:
+            pass  # the next call finds the connection broken, reconnects
 
 
 def segment_arrays(descs: Any, conn: Conn, segment: Any) -> list[np.ndarray]:
