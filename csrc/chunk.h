@@ -89,6 +89,18 @@ FR_INLINE void fr_chunk_retain(fr_chunk *c) {
     atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 }
 
+/* The references held now.  A count equal to the references the caller
+ * knows of means nobody else holds the chunk, so nobody can take a new
+ * one: the net outbox ships such chunks as parts of merged ones. */
+FR_INLINE int64_t fr_chunk_refs(const fr_chunk *c) {
+    return (int64_t)atomic_load_explicit(&c->refs, memory_order_acquire);
+}
+
+/* Whether the chunk is finalized (its rows may be read). */
+FR_INLINE int fr_chunk_ready(const fr_chunk *c) {
+    return atomic_load_explicit(&c->ready, memory_order_acquire);
+}
+
 /* Drop one reference; frees the chunk (and its data) at zero. */
 void fr_chunk_release(fr_chunk *c);
 

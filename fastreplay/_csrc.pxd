@@ -83,6 +83,8 @@ cdef extern from "chunk.h" nogil:
         unsigned char *data
     void fr_chunk_retain(fr_chunk *c)
     void fr_chunk_release(fr_chunk *c)
+    int64_t fr_chunk_refs(const fr_chunk *c)
+    int fr_chunk_ready(const fr_chunk *c)
     enum:
         FR_VAR_ROWS
     int64_t fr_chunk_var_scratch_bytes(const fr_chunk *c)

@@ -47,12 +47,17 @@ DEF _WIRE_MAX_COLUMNS = 1 << 16
 DEF _WIRE_MAX_SLICES = 1 << 20
 
 
+DEF _MERGE_ROWS = 64  # rows of a merged chunk at most
+DEF _MERGE_PART_BYTES = 1024  # only chunks this small are merged
+DEF _MERGE_BYTES = 1 << 16  # bytes of a merged chunk at most
 DEF _WIRE_SPEC_CACHE = 64  # specs export_wire looks up without a dict
 
 
 cdef struct _PtrSet:
-    # Open addressing over pointers (NULL = empty), at most half full.
+    # Open addressing over pointers (NULL = empty), at most half full; each
+    # pointer's index (the order it was first added in).
     void **slots
+    int32_t *idx
     size_t mask
 
 
@@ -61,22 +66,24 @@ cdef int _ptrset_init(_PtrSet *p, int64_t n) except -1:
     while cap < <size_t>(2 * n):
         cap *= 2
     p.slots = <void **>calloc(cap, sizeof(void *))
-    if p.slots == NULL:
+    p.idx = <int32_t *>malloc(cap * sizeof(int32_t))
+    if p.slots == NULL or p.idx == NULL:
         raise MemoryError()
     p.mask = cap - 1
     return 0
 
 
-cdef inline bint _ptrset_add(_PtrSet *p, void *x) noexcept:
-    """Add x; whether it was new."""
+cdef inline int32_t _ptrset_index(_PtrSet *p, void *x, int32_t fresh) noexcept:
+    """The index of x; x is added with index ``fresh`` when new."""
     cdef size_t h = (<size_t>x >> 4) * <size_t>0x9E3779B97F4A7C15ULL
     cdef size_t k = (h >> 17) & p.mask
     while p.slots[k] != NULL:
         if p.slots[k] == x:
-            return False
+            return p.idx[k]
         k = (k + 1) & p.mask
     p.slots[k] = x
-    return True
+    p.idx[k] = fresh
+    return fresh
 
 
 cdef void *_records(object arr, object dtype, str what) except NULL:
@@ -120,11 +127,14 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
     cdef fr_slice *s
     cdef _PtrSet seen
     cdef uint64_t[::1] kv
+    cdef int32_t[::1] xv
+    cdef int64_t[::1] uv, tv
+    cdef int32_t j
     cdef const fr_spec *spec_ptr[_WIRE_SPEC_CACHE]  # spec pointer -> its index
     cdef int n_spec_ptr = 0
     cdef ChunkList chunks = ChunkList()
     specs, spec_ids = [], {}
-    seen.slots = NULL
+    seen.slots, seen.idx = NULL, NULL
     try:
         for i in range(m):
             t = <fr_trajectory *><size_t>buf[i].payload
@@ -141,6 +151,10 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
         cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
         sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
         kv = keys
+        chunks._slice_index = np.empty(n_slices, np.int32)
+        chunks._uses = np.zeros(n_slices, np.int64)
+        chunks._tags = np.empty(n_slices, np.int64)
+        xv, uv, tv = chunks._slice_index, chunks._uses, chunks._tags
         _ptrset_init(&seen, n_slices)
         n_cols = n_slices = 0
         for i in range(m):
@@ -169,14 +183,21 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
                     s = &t.slices[si]
                     sv[n_slices].chunk = s.chunk.key
                     sv[n_slices].offset, sv[n_slices].length = s.offset, s.length
+                    j = _ptrset_index(&seen, s.chunk, <int32_t>n_keys)
+                    xv[n_slices] = j
                     n_slices += 1
-                    if _ptrset_add(&seen, s.chunk):
+                    if j == n_keys:
                         fr_chunk_retain(s.chunk)
                         chunks._adopt(s.chunk)
                         kv[n_keys] = s.chunk.key
+                        # Chunks of the same item column may merge (pack_merged).
+                        tv[n_keys] = (<int64_t>t.structure_id << 32) | ci
                         n_keys += 1
+                    uv[j] += 1
+        chunks._mark_sealed()
     finally:
         free(seen.slots)
+        free(seen.idx)
         for i in range(n):
             fr_trajectory_payload_release(NULL, buf[i].payload)
         free(buf)
@@ -186,10 +207,16 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
 cdef class ChunkList:
     """Retained chunks as a C array (what ``export_wire`` gives): indexing
     gives a ChunkHandle, ``chunk_bytes`` and ``pack_chunks`` read them
-    without a Python object per chunk."""
+    without a Python object per chunk.  From export_wire it also knows
+    which of its chunks each exported slice names and which chunks are
+    sealed (``pack_merged``)."""
 
     cdef fr_chunk **_c
     cdef Py_ssize_t _n, _cap
+    # From export_wire (None otherwise): per slice, the index of its chunk;
+    # per chunk, the slices naming it, the item column (structure << 32 |
+    # column) that named it first and whether it is sealed.
+    cdef object _slice_index, _uses, _tags, _sealed
 
     def __cinit__(self):
         self._c, self._n, self._cap = NULL, 0, 0
@@ -216,6 +243,32 @@ cdef class ChunkList:
 
     def __len__(self) -> int:
         return self._n
+
+    cdef int _mark_sealed(self) except -1:
+        """A chunk is sealed when the exported slices hold every reference
+        to it but this list's: no writer history or other staged item can
+        name it again, so it may travel merged with others and the receiver
+        needs it only for these items.  Only small raw chunks of fixed-size
+        rows qualify (merging big or compressed ones saves nothing)."""
+        cdef Py_ssize_t k
+        cdef fr_chunk *c
+        cdef const int64_t[::1] uv = self._uses
+        sealed = np.zeros(self._n, np.bool_)
+        cdef unsigned char[::1] sv = sealed.view(np.uint8)
+        for k in range(self._n):
+            c = self._c[k]
+            sv[k] = (fr_chunk_ready(c) and not c.compressed and c.row_bytes > 0 and
+                     c.stored_bytes <= _MERGE_PART_BYTES and
+                     c.stored_bytes == c.n_rows * c.row_bytes and
+                     fr_chunk_refs(c) == uv[k] + 1)
+        self._sealed = sealed
+        return 0
+
+    @property
+    def sealed(self):
+        """Per chunk, whether it is sealed (all False unless export_wire
+        made the list)."""
+        return self._sealed if self._sealed is not None else np.zeros(self._n, np.bool_)
 
     def __getitem__(self, Py_ssize_t k) -> ChunkHandle:
         if not 0 <= k < self._n:
@@ -271,16 +324,110 @@ def pack_chunks(handles, index=None, out=None) -> tuple:
     (``at`` is each one's offset in data), in ``out`` (a writable buffer of
     ``chunk_bytes`` bytes or more, e.g. a region of a shared segment) when
     given, else in a new bytearray."""
-    cdef Py_ssize_t k, n
+    records, data, _ = _pack(handles, index, out, None)
+    return records, data
+
+
+def pack_merged(ChunkList handles not None, index, slices, out=None) -> tuple:
+    """``(records, data, transient)``: ``pack_chunks`` of an export's
+    chunks (``export_wire``), except that its sealed chunks
+    (``ChunkList.sealed``) of one item column and episode with consecutive
+    steps travel as one chunk of up to 64 rows (the first one's key).
+    ``slices`` (the export's slice records) are rewritten in place to name
+    the merged chunks and rows; ``transient`` are the keys of the chunks
+    made of sealed ones, which the receiver needs only for these items.
+
+    A writer making one item per step makes a one-row chunk per column a
+    step: merged, the server stores, maps and frees a chunk per 64 rows."""
+    if handles._slice_index is None:
+        raise ValueError("pack_merged takes the chunks of an export (export_wire)")
+    return _pack(handles, index, out, slices)
+
+
+DEF _MERGE_OPEN = 16  # item columns merged at once (more close runs early)
+
+
+cdef struct _Run:
+    int64_t tag
+    fr_chunk *first
+    fr_chunk *last
+    int64_t rows, nbytes, at
+
+
+cdef tuple _pack(handles, index, out, slices):
+    """pack_chunks, merging the sealed chunks when slices are given.
+
+    Runs are formed in export order (the items' order, so a column's
+    chunks come in step order), a run open per item column, without
+    sorting: sorting the chunks by column and step was ~11% of a remote
+    writer's time (perf, session 17)."""
+    cdef Py_ssize_t k, p, j, n, nj, nc = 0, n_runs = 0, r = 0
     cdef int64_t total = 0
     cdef fr_chunk **c = _chunk_array(handles, index, &n)
     cdef fr_chunk *h
     cdef _WChunk *rv
+    cdef _WSlice *sv
     cdef unsigned char[::1] dv
+    cdef _Run *runs = NULL
+    cdef int32_t *run_of = NULL  # per handle: its run, -1 when not merged
+    cdef Py_ssize_t *pos_of = NULL  # per handle: its place in c, -1 if absent
+    cdef int32_t open_run[_MERGE_OPEN]
+    cdef int n_open = 0, o, evict = 0
+    cdef const Py_ssize_t[::1] jv
+    cdef const unsigned char[::1] sd
+    cdef const int64_t[::1] tv
+    cdef const int32_t[::1] xv
+    cdef int32_t[::1] rowoff
+    cdef ChunkList cl = handles if slices is not None else None
     try:
         for k in range(n):
             total += c[k].stored_bytes
-        records = np.empty(n, CHUNK_DTYPE)
+        if cl is not None:  # the sealed ones, in runs
+            nj = cl._n
+            jv = (np.arange(n, dtype=np.intp) if index is None else
+                  np.ascontiguousarray(index, dtype=np.intp).reshape(-1))
+            sd, tv = cl.sealed.view(np.uint8), cl._tags
+            runs = <_Run *>malloc(max(n, 1) * sizeof(_Run))
+            run_of = <int32_t *>malloc(max(nj, 1) * sizeof(int32_t))
+            pos_of = <Py_ssize_t *>malloc(max(nj, 1) * sizeof(Py_ssize_t))
+            if runs == NULL or run_of == NULL or pos_of == NULL:
+                raise MemoryError()
+            for j in range(nj):
+                run_of[j], pos_of[j] = -1, -1
+            for p in range(n):
+                pos_of[jv[p]] = p
+            rowoff = np.full(nj, -1, np.int32)  # row of a merged chunk in its run
+            for j in range(nj):
+                p = pos_of[j]
+                if p < 0 or not sd[j]:
+                    continue
+                h = c[p]
+                nc += 1
+                for o in range(n_open):
+                    if runs[open_run[o]].tag == tv[j]:
+                        break
+                else:
+                    o = -1
+                if o >= 0 and not _merge_breaks(&runs[open_run[o]], h):
+                    k = open_run[o]
+                else:
+                    k = n_runs
+                    n_runs += 1
+                    runs[k] = _Run(tv[j], h, h, 0, 0, 0)
+                    if o < 0:  # a new column: a free slot, else the next one
+                        if n_open < _MERGE_OPEN:
+                            o = n_open
+                            n_open += 1
+                        else:
+                            o = evict
+                            evict = (evict + 1) % _MERGE_OPEN
+                    open_run[o] = <int32_t>k
+                run_of[j], rowoff[j] = <int32_t>k, <int32_t>runs[k].rows
+                runs[k].last = h
+                runs[k].rows += h.n_rows
+                runs[k].nbytes += h.stored_bytes
+        records = np.empty(n - nc + n_runs, CHUNK_DTYPE)
+        transient = np.empty(n_runs, np.uint64)
         if out is None:
             data = bytearray(total)
         else:
@@ -291,16 +438,52 @@ def pack_chunks(handles, index=None, out=None) -> tuple:
         rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
         dv = data if total else bytearray(1)
         total = 0
-        for k in range(n):
-            h = c[k]
-            rv[k] = _WChunk(h.key, h.episode_id, h.first_step, h.last_step,
+        for p in range(n):  # each chunk not merged: as it is
+            if cl is not None and sd[jv[p]]:
+                continue
+            h = c[p]
+            rv[r] = _WChunk(h.key, h.episode_id, h.first_step, h.last_step,
                             h.row_bytes, h.n_rows, h.compressed, h.stored_bytes, total)
             if h.stored_bytes:
                 memcpy(&dv[total], h.data, h.stored_bytes)
             total += h.stored_bytes
+            r += 1
+        if cl is None:
+            return records, data, transient
+        for k in range(n_runs):  # each run: one chunk of its rows
+            h = runs[k].first
+            rv[r + k] = _WChunk(h.key, h.episode_id, h.first_step, runs[k].last.last_step,
+                                h.row_bytes, runs[k].rows, 0, runs[k].nbytes, total)
+            transient[k] = h.key
+            runs[k].at = total
+            total += runs[k].nbytes
+        for j in range(nj):  # the rows, each in its run's place
+            if run_of[j] >= 0:
+                h = c[pos_of[j]]
+                memcpy(&dv[runs[run_of[j]].at], h.data, h.stored_bytes)
+                runs[run_of[j]].at += h.stored_bytes
+        xv = cl._slice_index
+        sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
+        if len(slices) != xv.shape[0]:
+            raise ValueError("pack_merged: the slices are not the export's")
+        for k in range(len(slices)):
+            j = xv[k]
+            if run_of[j] >= 0:
+                sv[k].chunk = runs[run_of[j]].first.key
+                sv[k].offset += rowoff[j]
     finally:
         free(c)
-    return records, data
+        free(runs)
+        free(run_of)
+        free(pos_of)
+    return records, data, transient
+
+
+cdef inline bint _merge_breaks(const _Run *run, const fr_chunk *h) noexcept:
+    """Whether chunk h cannot follow the rows of run."""
+    return (run.last.row_bytes != h.row_bytes or run.last.episode_id != h.episode_id
+            or h.first_step != run.last.last_step + 1
+            or run.rows + h.n_rows > _MERGE_ROWS or run.nbytes + h.stored_bytes > _MERGE_BYTES)
 
 
 cdef class ChunkMap:

@@ -14,19 +14,28 @@ frames = st.lists(st.lists(st.integers(0, 60), max_size=12), min_size=1, max_siz
 
 
 @settings(max_examples=300, deadline=None)
-@given(frames, st.integers(1, 20))
-def test_matches_a_least_recently_used_oracle(frame_keys, keep):
+@given(frames, st.integers(1, 20), st.sets(st.integers(0, 60)))
+def test_matches_a_least_recently_used_oracle(frame_keys, keep, sealed_keys):
+    """Keys of ``sealed_keys`` are used as transient after their first
+    frame (sealed chunks): they stop counting as kept."""
     held = outbox.HeldChunks()
     stamps: dict[int, int] = {}  # the oracle: key -> the frame that last used it
+    seen: set[int] = set()
     saved = outbox.KEEP_CHUNKS
     outbox.KEEP_CHUNKS = keep
     try:
         for clock, keys in enumerate(frame_keys, 1):
             wanted = np.unique(np.asarray(keys, dtype=np.uint64))
-            new, forget = held.use(wanted)
+            transient = np.array([k in sealed_keys and k in seen
+                                  for k in wanted.tolist()], dtype=bool)
+            seen.update(wanted.tolist())
+            new, forget = held.use(wanted, transient=transient)
             assert new.tolist() == [k not in stamps for k in wanted.tolist()]
-            for k in wanted.tolist():
-                stamps[k] = clock
+            for k, t in zip(wanted.tolist(), transient.tolist(), strict=True):
+                if t:
+                    stamps.pop(k, None)
+                else:
+                    stamps[k] = clock
             old = sorted(s for s in stamps.values() if s < clock)
             n_forget = min(max(len(stamps) - keep, 0), len(old))
             forgotten = forget.tolist()
@@ -80,7 +89,7 @@ def test_growing_keys_forget_the_oldest_frames_first():
 
 
 def test_frames_split_from_one_export_carry_every_chunk_they_use(monkeypatch):
-    """An export larger than FRAME_ITEMS goes out in several frames; items
+    """A pass of more than FRAME_ITEMS items goes out in several frames; items
     of overlapping sequences share chunks across the frames' boundaries,
     and every item arrives whole (its chunks sent or kept by the server)."""
     import socket
@@ -90,13 +99,13 @@ def test_frames_split_from_one_export_carry_every_chunk_they_use(monkeypatch):
     monkeypatch.setattr(outbox, "FRAME_ITEMS", 3)
     monkeypatch.setattr(outbox, "COALESCE_S", 0.05)  # many items staged a pass
     frames: list[int] = []
-    ship = outbox.Outbox._ship_part
+    ship = outbox.Outbox._ship
 
     def counted(self, table, records, *args):  # type: ignore[no-untyped-def]
         frames.append(len(records[0]))
         return ship(self, table, records, *args)
 
-    monkeypatch.setattr(outbox.Outbox, "_ship_part", counted)
+    monkeypatch.setattr(outbox.Outbox, "_ship", counted)
     table = fastreplay.Table("t", fastreplay.selectors.Uniform(),
                              fastreplay.selectors.Fifo(), 1000,
                              fastreplay.rate_limiters.MinSize(1))

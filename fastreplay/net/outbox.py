@@ -156,11 +156,13 @@ class Outbox:
             self._thread.join(timeout=5)
 
     def _drain(self) -> None:
-        """Ship every staged item (the outbox thread only)."""
+        """Ship every staged item (the outbox thread only), a frame of at
+        most FRAME_ITEMS per export: which chunks are sealed
+        (``pack_merged``) is known for one export's items."""
         for name, table in self._staging.items():
             while len(table):
                 items, columns, slices, specs, handles, keys = table.export_records(
-                    STAGING_ITEMS)
+                    FRAME_ITEMS)
                 # Taken as a queue's consumer: the oldest items leave and the
                 # queue's rate limiter lets the writers go on.
                 taken = table.sample(len(items), timeout=0).key
@@ -171,57 +173,40 @@ class Outbox:
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
               handles: Any, keys: np.ndarray) -> None:
-        """Send the exported items in frames of FRAME_ITEMS without waiting
-        for the server's replies (the server works on one frame while the
-        next travels).  No Python runs per item or per chunk: an actor's
-        items often have a chunk each."""
-
+        """One frame of the exported items with the chunks of theirs the
+        server does not keep yet, sent without waiting for the server's
+        reply (the server works on one frame while the next travels).  No
+        Python runs per item or per chunk: an actor's items often have a
+        chunk each.  The server waits for its rate limiter as long as it
+        takes (flush bounds the writer's wait, not the insert)."""
         items, columns, slices = records
         order = np.argsort(keys)
-        sorted_keys = keys[order]
-        if len(items) <= FRAME_ITEMS:
-            # One frame uses every exported chunk (export_wire gives each
-            # distinct chunk of the items once): nothing to search.
-            self._ship_part(table, records, specs, handles, sorted_keys, order)
-            return
-        col_end = np.cumsum(items["n_columns"])
-        slice_end = np.cumsum(columns["n_slices"])
-        for lo in range(0, len(items), FRAME_ITEMS):
-            hi = min(lo + FRAME_ITEMS, len(items))
-            c0, c1 = (int(col_end[lo - 1]) if lo else 0), int(col_end[hi - 1])
-            s0, s1 = (int(slice_end[c0 - 1]) if c0 else 0), int(slice_end[c1 - 1])
-            part = (items[lo:hi], columns[c0:c1], slices[s0:s1])
-            wanted = np.unique(part[2]["chunk"])  # sorted
-            # A plain search of the sorted keys: searching through a sorter
-            # jumps around memory (~10% of a fast remote writer's time).
-            at = order[np.searchsorted(sorted_keys, wanted)]
-            self._ship_part(table, part, specs, handles, wanted, at)
-
-    def _ship_part(self, table: str, records: tuple[np.ndarray, ...],
-                   specs: list[Any], handles: Any, wanted: np.ndarray,
-                   at: np.ndarray) -> None:
-        """One frame with the chunks of keys ``wanted`` (``handles[at]``)
-        the server does not keep yet.  The server waits for its rate
-        limiter as long as it takes (flush bounds the writer's wait, not
-        the insert)."""
+        wanted = keys[order]
+        sealed = handles.sealed[order]
         structures = [[int(s), _structures.to_json(int(s))]
-                      for s in np.unique(records[0]["structure"])]
+                      for s in _distinct(items["structure"])]
 
         def build(conn: Conn) -> tuple[dict[str, Any], list[Any]]:
-            new, forget = conn.held.use(wanted)
-            index = at[new]
+            new, forget = conn.held.use(wanted, transient=sealed)
+            index = order[new]
             size = _core.chunk_bytes(handles, index)
             region = self._backend.ring_region(conn, size) if size else None
+            sent = slices.copy()  # pack_merged renames merged chunks in it
             if region is not None:  # the bytes go through shared memory
                 ring, start = region
                 target = np.frombuffer(ring.segment, np.uint8, size, start)
-                chunk_records, _ = _core.pack_chunks(handles, index, out=target)
+                chunk_records, _, merged = _core.pack_merged(handles, index, sent,
+                                                             out=target)
                 data: Any = {"shm": ring.name, "at": start, "n": size}
                 tail = []
             else:
-                chunk_records, chunk_data = _core.pack_chunks(handles, index)
+                chunk_records, chunk_data, merged = _core.pack_merged(handles, index,
+                                                                      sent)
                 tail = [chunk_data]
-            arrays = [*records, chunk_records, forget]
+            # Sealed chunks are needed for this frame's items only: the
+            # server lets them go after inserting them (kept ones it had too).
+            after = np.concatenate([wanted[sealed & ~new], merged])
+            arrays = [items, columns, sent, chunk_records, forget, after]
             descs, bufs = wire.pack_arrays([a.view(np.uint8) for a in arrays])
             if region is None:
                 data = [sum(b.nbytes for b in bufs), size]
@@ -230,6 +215,13 @@ class Outbox:
                     [*bufs, *tail])
 
         self._backend.call("insert", {}, build=build, defer=True)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values (a frame's items usually share one structure)."""
+    if len(values) and (values == values[0]).all():
+        return values[:1]
+    return np.unique(values)
 
 
 class Sink:
@@ -281,10 +273,14 @@ class HeldChunks:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def use(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def use(self, wanted: np.ndarray, transient: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
         """A frame uses the chunks of sorted unique keys ``wanted``: which
         of them the server lacks (a mask over ``wanted``; they count as kept
         from now on) and the keys it may forget (never one of ``wanted``).
+        Chunks of the ``transient`` mask over ``wanted`` (sealed: no later
+        frame names them) stop counting as kept: the server lets them go
+        after this frame.
 
         A writer's chunk keys grow, so new keys usually go after every kept
         one and the least recently used are the first kept: then a frame
@@ -299,8 +295,16 @@ class HeldChunks:
         held[inside] = keys[pos[inside]] == wanted[inside]
         stamps[pos[held]] = self._clock
         new = ~held
-        if new.any():
-            add = wanted[new]
+        add_mask = new
+        if transient is not None and transient.any():
+            gone = held & transient
+            if gone.any():
+                keep = np.ones(len(keys), bool)
+                keep[pos[gone]] = False
+                keys, stamps = keys[keep], stamps[keep]
+            add_mask = new & ~transient
+        if add_mask.any():
+            add = wanted[add_mask]
             keys = np.concatenate([keys, add])
             stamps = np.concatenate([stamps, np.full(len(add), self._clock, np.int64)])
             if len(keys) > len(add) and add[0] < keys[len(keys) - len(add) - 1]:

@@ -272,9 +272,9 @@ class Service:
         chunks = state.chunks
         try:
             raw = wire.unpack_arrays(args["records"], blob)
-            if len(raw) != 5:
-                raise _ProtocolError("an items frame has five record arrays")
-            items, columns, slices, chunk_records, forget = (
+            if len(raw) != 6:
+                raise _ProtocolError("an items frame has six record arrays")
+            items, columns, slices, chunk_records, forget, after = (
                 _as_records(a, d) for a, d in zip(raw, _RECORD_DTYPES, strict=True))
             data = _chunk_data(args["data"], blob, state)
             chunks.forget(forget)
@@ -294,8 +294,12 @@ class Service:
             specs = args["specs"]
             if not isinstance(specs, list):
                 raise _ProtocolError("specs are not a list")
-            return table.insert_records(chunks, items, columns, slices, specs,
-                                        timeout=_timeout(args)), []
+            try:
+                return table.insert_records(chunks, items, columns, slices, specs,
+                                            timeout=_timeout(args)), []
+            finally:
+                # Sealed chunks: this frame's items hold what they need.
+                chunks.forget(after)
         except errors.DataLossError as exc:
             raise _ProtocolError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError,
@@ -429,7 +433,7 @@ _OPS = {"info": Service._info, "sample_batch": Service._sample_batch,
 
 
 _RECORD_DTYPES = (_core.ITEM_DTYPE, _core.COLUMN_DTYPE, _core.SLICE_DTYPE,
-                  _core.CHUNK_DTYPE, np.dtype(np.uint64))
+                  _core.CHUNK_DTYPE, np.dtype(np.uint64), np.dtype(np.uint64))
 
 
 def _as_records(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
