@@ -27,6 +27,14 @@ int64_t fr_table_size(fr_table *t) {
     return n;
 }
 
+int fr_table_skip_episodes(fr_table *t) {
+    pthread_mutex_lock(&t->mu);
+    int rc = t->sampler.size ? FR_EINVAL : FR_OK;
+    if (rc == FR_OK) t->ops.episodes = NULL;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 void fr_table_stats_get(fr_table *t, fr_table_stats *out) {
     pthread_mutex_lock(&t->mu);
     *out = t->st;

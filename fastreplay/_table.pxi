@@ -492,6 +492,11 @@ cdef class TableCore:
         cdef int32_t p = fr_table_key_prefix(self._t)
         return None if p < 0 else p
 
+    def skip_episodes(self) -> None:
+        """Stop counting episodes (an empty table only)."""
+        _raise_for_status(fr_table_skip_episodes(self._t),
+                          f"table '{self.name}' holds items: episodes are counted")
+
     def set_key_prefix(self, prefix) -> None:
         """Make writers draw this table's item keys with ``prefix`` (an int
         in [0, 255]) in their top 8 bits; None: all 64 bits random.  Items

@@ -448,6 +448,11 @@ class Table:
         64 bits are random (the default)."""
         return self._core.key_prefix
 
+    def _skip_episodes(self) -> None:
+        """Stop counting episodes (a remote client's staging queue, whose
+        items only pass through); the table must be empty."""
+        self._core.skip_episodes()
+
     def _set_key_prefix(self, prefix: int | None) -> None:
         """Set by the server holding this table (or a remote client's
         staging queue): items stored already keep their keys."""

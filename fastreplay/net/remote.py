@@ -406,6 +406,7 @@ class RemoteBackend(Sampling):
                     for n, i in infos.items()}
                 for table in staging.values():
                     table._set_key_prefix(self._key_prefix)
+                    table._skip_episodes()  # items only pass through
                 self._staging = staging
                 self._outbox = Outbox(self, self._staging)
                 self._closers.append(self._outbox.close)
