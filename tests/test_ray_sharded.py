@@ -62,6 +62,18 @@ def test_spread_places_one_shard_per_node(two: Any, ray_session: Any) -> None:
     assert info[0].tables["replay"].max_size == 5000  # split evenly
 
 
+def test_spread_with_more_shards_than_nodes_goes_round_robin(ray_session: Any) -> None:
+    """Four shards on two nodes: two on each, in sorted node-id order (Ray's
+    best-effort SPREAD put all four on one node in some runs)."""
+    server = frray.ShardedServer([_per()], num_shards=4, placement="spread")
+    try:
+        server.wait_ready(timeout=120)
+        alive = sorted(n["NodeID"] for n in ray_session.nodes() if n["Alive"])
+        assert server.shard_nodes == [alive[i % 2] for i in range(4)]
+    finally:
+        server.close()
+
+
 def test_keys_carry_their_shard_and_global_probabilities_are_exact(two: Any) -> None:
     client = two.client(seed=3)
     # Very different masses: shard 0 holds 40 items of priority 1, shard 1
