@@ -5,7 +5,7 @@ argument handling and nest unpacking on top."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -35,6 +35,13 @@ class Backend(Protocol):
                      ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
         """``meta`` (when given) receives the table's ``"mass"`` and
         ``"size"`` read right after sampling."""
+        ...
+
+    def sample_batch_begin(self, table: str, n: int, timeout: float | None
+                           ) -> Callable[..., tuple[SampleInfoBatch,
+                                                    list[np.ndarray], Any]]:
+        """``sample_batch`` in two halves: the request goes out now, the
+        returned function (taking ``meta``) gives the batch."""
         ...
 
     def sample_items(self, table: str, n: int, timeout: float | None = None
@@ -87,6 +94,20 @@ class LocalBackend:
         structure = (target.signature if target.signature is not None
                      else _structures.get(sid))
         return info, columns, structure
+
+    def sample_batch_begin(self, table: str, n: int, timeout: float | None
+                           ) -> Callable[..., tuple[SampleInfoBatch,
+                                                    list[np.ndarray], Any]]:
+        meta: dict[str, Any] = {}
+        got = self.sample_batch(table, n, timeout, meta)  # in process: now
+
+        def finish(into: dict[str, Any] | None = None
+                   ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+            if into is not None:
+                into.update(meta)
+            return got
+
+        return finish
 
     def sample_items(self, table: str, n: int, timeout: float | None = None
                      ) -> list[ReplaySample]:

@@ -277,10 +277,23 @@ class Client:
         """
         info, columns, structure = self._backend.sample_batch(table, batch_size,
                                                               timeout)
-        # The items' own nest (every item carries its structure id).
-        if structure is not None and len(_nest.flatten(structure)) == len(columns):
-            return info, _nest.unflatten_as(structure, columns)
-        return info, columns
+        return info, _nested(columns, structure)
+
+    def sample_batch_begin(self, table: str, batch_size: int, *,
+                           timeout: float | None = None
+                           ) -> Callable[[], tuple[SampleInfoBatch, Any]]:
+        """``sample_batch`` in two halves (fastreplay addition): the request
+        goes out now and the returned function waits for the batch, so that
+        batches begun on several servers overlap their round trips (a
+        ``fastreplay.ray`` client's draw over its shards).  In process the
+        batch is sampled now.  Errors are raised by either half."""
+        finish = self._backend.sample_batch_begin(table, batch_size, timeout)
+
+        def result() -> tuple[SampleInfoBatch, Any]:
+            info, columns, structure = finish()
+            return info, _nested(columns, structure)
+
+        return result
 
     def dataset(self, table: str, batch_size: int, *, prefetch: int = 2,
                 num_workers: int = 1, timeout: float | None = None
@@ -387,3 +400,11 @@ def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
         raise ValueError("Can't split non timestep trajectory into timesteps.")
     (length,) = lengths
     return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]
+
+
+def _nested(columns: list[Any], structure: Any) -> Any:
+    """The items' own nest (every item carries its structure id), else the
+    flat columns."""
+    if structure is not None and len(_nest.flatten(structure)) == len(columns):
+        return _nest.unflatten_as(structure, columns)
+    return columns

@@ -14,6 +14,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 from fastreplay import _core, errors
 from fastreplay.net import ahead, wire
 from fastreplay.net.codec import structure_from_json
-from fastreplay.net.conn import Conn, push, segment_arrays
+from fastreplay.net.conn import Conn, error_from, push, segment_arrays
 from fastreplay.replay_sample import ReplaySample, SampleInfo, SampleInfoBatch
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Sampling:
                  timeout: float | None = None, build: Any = None,
                  defer: bool = False) -> tuple[Any, Any]: ...
         def _ship_ops(self, conn: Conn) -> None: ...
+        def _drop(self, conn: Conn) -> None: ...
         def table_info(self, table: str) -> TableInfo: ...
 
     def sample_batch(self, table: str, n: int, timeout: float | None,
@@ -61,18 +63,76 @@ class Sampling:
         """A batch of ``n`` from ``table``; ``meta`` (when given) receives
         the table's ``"mass"`` (``Table.priority_mass``) and ``"size"`` as
         the server read them right after sampling this batch."""
+        return self.sample_batch_begin(table, n, timeout)(meta)
+
+    def sample_batch_begin(self, table: str, n: int, timeout: float | None
+                           ) -> Callable[..., tuple[SampleInfoBatch,
+                                                    list[np.ndarray], Any]]:
+        """``sample_batch`` in two halves: the request goes out now unless a
+        batch asked ahead answers it; the returned function (taking
+        ``meta``) waits for the reply.  Begun on several servers, their
+        round trips overlap (a sharded client's draw over Ray links)."""
         conn = self._conn(time.monotonic() + self._window)
+        own: ahead.Ahead | None = None
         with conn.lock:
             got = self._take_ahead(conn, table, n)
-            if got is None and self._ask_with_next(conn, table, n):
-                got = self._take_ahead(conn, table, n)
+            if got is not None or conn.failed is not None:
+                pass  # a call raises what the connection failed with
+            elif self._ask_with_next(conn, table, n):
+                own = conn.ahead[0]  # its own batch, the next ones behind it
+            elif not conn.ahead and self._ask_ahead(conn, table, n, timeout):
+                own = conn.ahead[0]
+            if own is not None:
+                push(conn)  # a Ray link sends it now, not at the read
+            elif got is None:
+                got = self._sample_call(table, n, timeout)
+
+        def finish(meta: dict[str, Any] | None = None
+                   ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+            return self._sample_finish(table, n, timeout, got, own, conn, meta)
+
+        return finish
+
+    def _sample_call(self, table: str, n: int, timeout: float | None
+                     ) -> tuple[Any, Any, Any]:
+        """One ``sample_batch`` call, answered before it returns."""
+        args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
+        segment = self._segment_for(table, n)
+        if segment is not None:
+            args["shm"] = segment[1].name
+        result, blob = self.call("sample_batch", args, timeout=timeout)
+        return result, blob, segment
+
+    def _take_own(self, conn: Conn, own: ahead.Ahead, table: str, n: int,
+                  timeout: float | None) -> tuple[Any, Any, Any] | None:
+        """The reply of the request ``sample_batch_begin`` sent (the oldest
+        asked on ``conn``, ``conn.lock`` held), raising its error as a call
+        would; None when the connection broke (the caller calls again)."""
+        if not conn.ahead or conn.ahead[0] is not own:
+            return None  # reconnected, or taken meanwhile
+        conn.sock.settimeout(None if timeout is None else timeout + 10.0)
+        try:
+            got = self._take_ahead(conn, table, n)
+        except TimeoutError:
+            self._drop(conn)
+            raise errors.DeadlineExceededError(
+                f"sample_batch on {table}: no reply within {timeout} s") from None
+        if got is None and own.reply is not None and own.reply[0] == wire.KIND_ERROR:
+            raise error_from(own.reply[1])
+        return got
+
+    def _sample_finish(self, table: str, n: int, timeout: float | None,
+                       got: tuple[Any, Any, Any] | None, own: ahead.Ahead | None,
+                       began: Conn, meta: dict[str, Any] | None
+                       ) -> tuple[SampleInfoBatch, list[np.ndarray], Any]:
+        """The second half of ``sample_batch_begin``: ``got`` is the reply
+        when the first half had it, else ``own`` was asked on ``began``."""
+        conn = self._conn(time.monotonic() + self._window)
+        with conn.lock:
+            if got is None and own is not None and conn is began:
+                got = self._take_own(conn, own, table, n, timeout)
             if got is None:
-                args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
-                segment = self._segment_for(table, n)
-                if segment is not None:
-                    args["shm"] = segment[1].name
-                result, blob = self.call("sample_batch", args, timeout=timeout)
-                got = result, blob, segment
+                got = self._sample_call(table, n, timeout)
             now = getattr(self._local, "conn", None)  # another after a reconnect
             if (now is not None and now.streak.called(table, n)
                     and ahead.eligible(self.table_info(table))):
@@ -118,10 +178,12 @@ class Sampling:
         want = self._batch_bytes.get((table, n), 0)
         return self._lease(want) if self._shm and want >= SHM_MIN_BYTES else None
 
-    def _ask_ahead(self, conn: Conn, table: str, n: int) -> bool:
-        """Ask for a next batch now (``ahead``; ``conn.lock`` held)."""
+    def _ask_ahead(self, conn: Conn, table: str, n: int,
+                   timeout: float | None = 0) -> bool:
+        """Ask for a next batch now (``ahead``; ``conn.lock`` held); with a
+        ``timeout``, for the caller's own batch (``sample_batch_begin``)."""
         segment = self._segment_for(table, n)
-        args: dict[str, Any] = {"table": table, "n": n, "timeout": 0}
+        args: dict[str, Any] = {"table": table, "n": n, "timeout": timeout}
         if segment is not None:
             args["shm"] = segment[1].name
         try:

@@ -107,10 +107,9 @@ class Draw:
         wait = 0.0 if meta["overfetch"] and not use_cache else timeout
         replies: dict[int, Any] = {}
         unavailable = sorted(sh.dead)
-        for s in live:
-            if want[s] <= 0:
-                continue
-            r = sh.fetch(s, table, int(want[s]), wait)
+        begun = {s: sh.begin(s, table, int(want[s]), wait) for s in live if want[s] > 0}
+        for s, b in begun.items():
+            r = sh.fetched(s, b)
             if isinstance(r, BaseException):
                 unavailable.append(s)
             elif r is not None:

@@ -149,8 +149,27 @@ class Shards:
     def fetch(self, s: int, table: str, n: int, timeout: float | None) -> Any:
         """``(info, data)`` of ``n`` items of shard ``s``; None when it
         cannot sample now; the exception when it is gone."""
+        return self.fetched(s, self.begin(s, table, n, timeout))
+
+    def begin(self, s: int, table: str, n: int, timeout: float | None) -> Any:
+        """``fetch`` in two halves (``Client.sample_batch_begin``): the
+        request to shard ``s`` goes out now; ``fetched(s, begun)`` waits for
+        it.  Begun on every shard first, a draw waits for the slowest shard
+        instead of for each in turn."""
         try:
-            return self.conn(s).sample_batch(table, n, timeout=timeout)
+            return self.conn(s).sample_batch_begin(table, n, timeout=timeout)
+        except errors.DeadlineExceededError:
+            return None
+        except FAILURES as exc:
+            self.lost(s)
+            return exc
+
+    def fetched(self, s: int, begun: Any) -> Any:
+        """What ``fetch`` gives, from what ``begin`` gave."""
+        if begun is None or isinstance(begun, BaseException):
+            return begun
+        try:
+            return begun()
         except errors.DeadlineExceededError:
             return None
         except FAILURES as exc:
