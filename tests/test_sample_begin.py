@@ -101,3 +101,23 @@ def test_in_process_begin_samples_at_once() -> None:
         assert len(info.key) == 8
     finally:
         server.stop()
+
+
+def test_begun_on_a_queue_loses_no_item_when_begins_interleave() -> None:
+    """A queue's item is gone once sampled: begun there, the sample is taken
+    at once, so a second begin in between cannot throw a batch away."""
+    server = fastreplay.Server([fastreplay.Table.queue("q", 100)], port=0)
+    try:
+        client = _remote(server)
+        with client.trajectory_writer(1) as w:
+            for v in range(4):
+                w.append({"x": np.int64(v)})
+                w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+        first = client.sample_batch_begin("q", 1, timeout=5)
+        second = client.sample_batch_begin("q", 2, timeout=5)
+        got = [int(v) for f in (second, first) for v in np.asarray(f()[1]["x"])]
+        _, rest = client.sample_batch("q", 1, timeout=5)
+        assert sorted(got + [int(np.asarray(rest["x"])[0])]) == [0, 1, 2, 3]
+        assert server.tables["q"].size == 0
+    finally:
+        server.stop()

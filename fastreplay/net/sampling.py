@@ -71,7 +71,9 @@ class Sampling:
         """``sample_batch`` in two halves: the request goes out now unless a
         batch asked ahead answers it; the returned function (taking
         ``meta``) waits for the reply.  Begun on several servers, their
-        round trips overlap (a sharded client's draw over Ray links)."""
+        round trips overlap (a sharded client's draw over Ray links).  On
+        tables where sampling ahead is not allowed (``ahead.eligible``)
+        the first half samples, answered, as ``sample_batch`` does."""
         conn = self._conn(time.monotonic() + self._window)
         own: ahead.Ahead | None = None
         with conn.lock:
@@ -80,7 +82,10 @@ class Sampling:
                 pass  # a call raises what the connection failed with
             elif self._ask_with_next(conn, table, n):
                 own = conn.ahead[0]  # its own batch, the next ones behind it
-            elif not conn.ahead and self._ask_ahead(conn, table, n, timeout):
+            elif (not conn.ahead and ahead.eligible(self.table_info(table))
+                  and self._ask_ahead(conn, table, n, timeout)):
+                # Only where a batch drawn and not used loses nothing (as
+                # batches asked ahead): another call in between throws it away.
                 own = conn.ahead[0]
             if own is not None:
                 push(conn)  # a Ray link sends it now, not at the read
