@@ -375,6 +375,35 @@ def test_large_batches_ahead_keep_data_and_respect_updates(big_server: Server
     assert table.info.num_samples > 12 * 24  # and batches were asked for ahead
 
 
+def test_a_learner_of_large_batches_keeps_one_asked_ahead(big_server: Server
+                                                          ) -> None:
+    """A thread that updates priorities keeps one large batch (>=
+    LARGE_BATCH_BYTES) asked ahead, not AHEAD_DEPTH: its updates spoil most
+    of them and each spoiled one moved its bytes for nothing."""
+    be = RemoteBackend("127.0.0.1", big_server.port)
+    try:
+        for _ in range(6):
+            info, _, _ = be.sample_batch("big", 24, WAIT)
+            be.update_priorities("big", info.key[:1], [1.0])
+            assert len(be._local.conn.ahead) <= 1
+        assert be._local.conn.ahead  # still asked ahead
+    finally:
+        be.close()
+    assert big_server.tables["big"].info.num_samples > 6 * 24
+
+
+def test_depth_by_thread_and_batch_size() -> None:
+    class Link:
+        ahead_depth = 8
+
+    big = ahead.LARGE_BATCH_BYTES
+    assert ahead.depth(Link(), False, 2, big) == 8  # a dataset worker
+    assert ahead.depth(object(), False, 2, big) == 2
+    assert ahead.depth(Link(), True, 2, big - 1) == 2  # a learner, small batches
+    assert ahead.depth(Link(), True, 2, big) == 1
+    assert ahead.depth(object(), True, 2, big) == 1
+
+
 def test_each_thread_samples_ahead_for_itself(server: Server) -> None:
     """Two threads of one backend, each zeroing keys of its own batches:
     neither thread sees a key it zeroed (the other thread's updates are

@@ -141,7 +141,8 @@ class Sampling:
             now = getattr(self._local, "conn", None)  # another after a reconnect
             if (now is not None and now.streak.called(table, n)
                     and ahead.eligible(self.table_info(table))):
-                depth = ahead.depth(now.sock, now.updates, AHEAD_DEPTH)
+                depth = ahead.depth(now.sock, now.updates, AHEAD_DEPTH,
+                                    self._batch_bytes.get((table, n), 0))
                 if len(now.ahead) <= depth // 2:
                     while len(now.ahead) < depth and self._ask_ahead(now, table, n):
                         pass
@@ -172,7 +173,8 @@ class Sampling:
                 and streak.count >= 1 and not streak.pause
                 and ahead.eligible(self.table_info(table))):
             return False
-        depth = ahead.depth(conn.sock, conn.updates, AHEAD_DEPTH)
+        depth = ahead.depth(conn.sock, conn.updates, AHEAD_DEPTH,
+                            self._batch_bytes.get((table, n), 0))
         while len(conn.ahead) <= depth and self._ask_ahead(conn, table, n):
             pass
         return bool(conn.ahead)
