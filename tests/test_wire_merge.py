@@ -55,6 +55,14 @@ def _insert_merged(export: tuple[Any, ...]) -> tuple[Any, ...]:
     return server, table, records, merged, cm
 
 
+def _socket_client(port: int) -> fastreplay.Client:
+    """A client of the server at ``port`` over a socket even in this process
+    (the path a remote writer's frames take)."""
+    return fastreplay.Client(
+        f"127.0.0.1:{port}",
+        connector=lambda t: socket.create_connection(("127.0.0.1", port), t))
+
+
 def _read_all(server: fastreplay.Server, n: int) -> tuple[np.ndarray, ...]:
     client = fastreplay.Client(f"localhost:{server.port}")
     info, data = client.sample_batch("t", n)
@@ -160,9 +168,7 @@ def test_remote_writer_of_one_item_a_step_leaves_few_chunks_on_the_server() -> N
     server, table = _target()
     port = server.port
     try:
-        client = fastreplay.Client(
-            f"127.0.0.1:{port}",
-            connector=lambda t: socket.create_connection(("127.0.0.1", port), t))
+        client = _socket_client(port)
         with client.trajectory_writer(1) as w:
             for i in range(3000):
                 w.append({"x": np.full(3, i, np.float32), "y": np.int64(i)})
@@ -190,9 +196,7 @@ def test_merged_chunks_survive_a_checkpoint(tmp_path: Any) -> None:
     server = fastreplay.Server(tables(), port=0,
                                checkpointer=DefaultCheckpointer(str(tmp_path)))
     port = server.port
-    client = fastreplay.Client(
-        f"127.0.0.1:{port}",
-        connector=lambda t: socket.create_connection(("127.0.0.1", port), t))
+    client = _socket_client(port)
     with client.trajectory_writer(3) as w:
         for i in range(500):
             w.append({"x": np.full(3, i, np.float32), "y": np.int64(i)})
