@@ -53,8 +53,9 @@ def _shard_class(ray: Any) -> Any:
         def link_open(self) -> int:
             return self.host.link_open()
 
-        def link_exchange(self, session_id: int, seq: int, data: bytes) -> bytes | None:
-            return self.host.link_exchange(session_id, seq, data)
+        def link_exchange(self, session_id: int, seq: int, data: bytes,
+                          parts: int = 1) -> Any:
+            return self.host.link_exchange(session_id, seq, data, parts)
 
         def link_close(self, session_id: int, seq: int | None = None) -> None:
             self.host.link_close(session_id, seq)
@@ -488,5 +489,58 @@ def test_a_call_whose_batches_ahead_were_touched_is_one_actor_call(shard, ray_se
             info, _ = client.sample_batch("prio", 8)
             assert sock._seq - seq == 1
             np.testing.assert_array_equal(info.priority, 2.0 + i)
+    finally:
+        client.close()
+
+
+def test_reply_parts_and_split() -> None:
+    from fastreplay.ray._link import (
+        MAX_REPLY_PARTS,
+        REPLY_PART_BYTES,
+        reply_parts,
+        split_reply,
+    )
+
+    assert reply_parts(0) == 1
+    assert reply_parts(REPLY_PART_BYTES // 2) == 1
+    assert reply_parts(620_000) == -(-(620_000 * 5 // 4) // REPLY_PART_BYTES)
+    assert reply_parts(1 << 40) == MAX_REPLY_PARTS
+    reply = bytes(range(256)) * 1000  # 256,000 bytes
+    for parts in (2, 3, 5):
+        got = split_reply(reply, parts)
+        assert len(got) == parts and b"".join(p or b"" for p in got) == reply
+        assert all(len(p or b"") <= REPLY_PART_BYTES for p in got[:-1])
+    assert len(split_reply(reply, 2)[1] or b"") == len(reply) - REPLY_PART_BYTES
+    assert split_reply(None, 3) == (None, None, None)
+
+
+def test_large_replies_come_in_parts_and_read_back_whole(shard, ray_session):  # type: ignore[no-untyped-def]
+    """Batches of ~1 MB come back as several return values of at most
+    REPLY_PART_BYTES each (inline in Ray's reply, not through the object
+    store) once the socket has seen one, and read back byte for byte."""
+    from fastreplay.ray._link import RayConnector
+
+    sockets: list[Any] = []
+
+    class Recording(RayConnector):
+        def __call__(self, timeout: float) -> Any:
+            sockets.append(super().__call__(timeout))
+            return sockets[-1]
+
+    address = ray_session.get(shard.address.remote(), timeout=30)
+    client = fastreplay.Client(address, connector=Recording(shard))
+    try:
+        client.reset("uniform")
+        rows = np.random.default_rng(1).integers(0, 255, (64, 16384), dtype=np.uint8)
+        with client.trajectory_writer(1) as writer:
+            for i, row in enumerate(rows):
+                writer.append({"y": row, "i": np.int64(i)})
+                h = writer.history
+                writer.create_item("uniform", 1.0, {"y": h["y"][-1], "i": h["i"][-1]})
+        for _ in range(4):
+            _, data = client.sample_batch("uniform", 64)
+            np.testing.assert_array_equal(np.asarray(data["y"]),
+                                          rows[np.asarray(data["i"])])
+        assert sum(s.split_replies for s in sockets) >= 1
     finally:
         client.close()
