@@ -53,9 +53,9 @@ def _shard_class(ray: Any) -> Any:
         def link_open(self) -> int:
             return self.host.link_open()
 
-        def link_exchange(self, session_id: int, seq: int, data: bytes,
+        def link_exchange(self, session_id: int, seq: int, *data: bytes,
                           parts: int = 1) -> Any:
-            return self.host.link_exchange(session_id, seq, data, parts)
+            return self.host.link_exchange(session_id, seq, *data, parts=parts)
 
         def link_close(self, session_id: int, seq: int | None = None) -> None:
             self.host.link_close(session_id, seq)
@@ -494,30 +494,25 @@ def test_a_call_whose_batches_ahead_were_touched_is_one_actor_call(shard, ray_se
 
 
 def test_reply_parts_and_split() -> None:
-    from fastreplay.ray._link import (
-        MAX_REPLY_PARTS,
-        REPLY_PART_BYTES,
-        reply_parts,
-        split_reply,
-    )
+    from fastreplay.ray._link import MAX_PARTS, PART_BYTES, reply_parts, split
 
     assert reply_parts(0) == 1
-    assert reply_parts(REPLY_PART_BYTES // 2) == 1
-    assert reply_parts(620_000) == -(-(620_000 * 5 // 4) // REPLY_PART_BYTES)
-    assert reply_parts(1 << 40) == MAX_REPLY_PARTS
-    reply = bytes(range(256)) * 1000  # 256,000 bytes
-    for parts in (2, 3, 5):
-        got = split_reply(reply, parts)
-        assert len(got) == parts and b"".join(p or b"" for p in got) == reply
-        assert all(len(p or b"") <= REPLY_PART_BYTES for p in got[:-1])
-    assert len(split_reply(reply, 2)[1] or b"") == len(reply) - REPLY_PART_BYTES
-    assert split_reply(None, 3) == (None, None, None)
+    assert reply_parts(PART_BYTES // 2) == 1
+    assert reply_parts(620_000) == -(-(620_000 * 5 // 4) // PART_BYTES)
+    assert reply_parts(1 << 40) == MAX_PARTS
+    data = bytes(range(256)) * 1000  # 256,000 bytes
+    for parts in (0, 1, 2, 3, 5, MAX_PARTS + 3):
+        got = split(bytearray(data), parts)
+        assert len(got) == max(1, min(parts, MAX_PARTS)) and b"".join(got) == data
+        assert all(type(p) is bytes and len(p) <= PART_BYTES for p in got[:-1])
+    assert len(split(data, 2)[1]) == len(data) - PART_BYTES
 
 
 def test_large_replies_come_in_parts_and_read_back_whole(shard, ray_session):  # type: ignore[no-untyped-def]
-    """Batches of ~1 MB come back as several return values of at most
-    REPLY_PART_BYTES each (inline in Ray's reply, not through the object
-    store) once the socket has seen one, and read back byte for byte."""
+    """Frames of ~1 MB go as several arguments and batches of ~1 MB come
+    back as several return values of at most PART_BYTES each (inline in
+    Ray's call and reply, not through the object store) once the socket has
+    seen one, and read back byte for byte."""
     from fastreplay.ray._link import RayConnector
 
     sockets: list[Any] = []

@@ -9,10 +9,11 @@ the bytes travel differently.
   connection is a ``RaySocket``: what the client sends is buffered and
   shipped as one asynchronous ``actor.link_exchange(session, seq, data)``
   call when 64 KiB are waiting or when the client reads; the calls' replies
-  (the server's frames) are read in order.  A reply the client expects to
-  be large comes back as several return values of at most REPLY_PART_BYTES
-  (``num_returns``): Ray carries values that small inside the call's reply
-  instead of through the object store.  A dead actor is a broken socket
+  (the server's frames) are read in order.  Large messages travel in parts
+  of at most PART_BYTES: what the client sends as several arguments, a
+  reply it expects to be large as several return values (``num_returns``).
+  Ray carries values that small inside the call and its reply instead of
+  through the object store.  A dead actor is a broken socket
   (``ConnectionResetError``), so the client's reconnect window applies; a
   socket timeout is ``ray.get``'s.
 - Shard: ``LinkHost(server)`` answers ``link_open``, ``link_exchange`` and
@@ -35,7 +36,7 @@ from fastreplay.net.service import Session
 from fastreplay.server import Server
 
 __all__ = ["LinkHost", "RayConnector", "RaySocket", "SHIP_BYTES", "MAX_IN_FLIGHT",
-           "REPLY_PART_BYTES"]
+           "PART_BYTES"]
 
 #: Bytes a RaySocket buffers before it ships them without waiting for a read.
 SHIP_BYTES = 64 << 10
@@ -43,16 +44,20 @@ SHIP_BYTES = 64 << 10
 #: reply (as a full socket buffer would), so one connection keeps at most this
 #: many of the actor's threads (one running, the next waiting its turn).
 MAX_IN_FLIGHT = 2
-#: Bytes of a reply's part at most.  Ray passes a return value under its
-#: max_direct_call_object_size (100 KiB by default) inline in the call's
-#: reply and puts a larger one in the object store, which the caller's node
-#: then pulls: two actors on the other node answering 620 KB each (88 Atari
-#: frames) took 10.4-15.8 ms as one return value each and 2.2-4.6 ms as 8
-#: (medians of 60 calls, 3 rounds, 2-node loopback cluster, session 18).
-REPLY_PART_BYTES = 96 << 10
-#: Parts of one reply at most (Ray inlines up to 10 MB of a call's returns;
-#: past that, or past this, the last part carries the rest).
-MAX_REPLY_PARTS = 64
+#: Bytes of a message's part at most.  Ray passes an argument or a return
+#: value under its max_direct_call_object_size (100 KiB by default) inline
+#: in the call or its reply, and puts a larger one in the object store,
+#: which the other node then pulls.  Medians of 60-100 calls, 3 rounds,
+#: 2-node loopback cluster (session 18): two actors on the other node
+#: answering 620 KB each (88 Atari frames) took 10.4-15.8 ms as one return
+#: value each and 2.2-4.6 ms as 8; a 250 KB argument to an actor on the
+#: other node 3.8-5.2 ms as one and 0.9-1.1 ms as 3 (same node: 1.7-2.0
+#: and 0.9-1.1 ms).
+PART_BYTES = 96 << 10
+#: Parts of one message at most (Ray inlines up to 10 MB of a call's
+#: arguments or returns; past that, or past this, the last part carries
+#: the rest).
+MAX_PARTS = 64
 #: Replies whose sizes predict the next one's (the largest of them counts:
 #: a learner's exchanges alternate batches asked for and bare updates).
 SIZE_MEMORY = 4
@@ -120,13 +125,14 @@ class RaySocket:
         """Send what is buffered as one exchange."""
         while len(self._flight) >= MAX_IN_FLIGHT:
             self._collect()
-        data, self._out = bytes(self._out), bytearray()
+        data = split(self._out, -(-len(self._out) // PART_BYTES))
+        self._out = bytearray()
         parts = reply_parts(max(self._sizes))
         if parts == 1:
-            ref: Any = self._actor.link_exchange.remote(self._session, self._seq, data)
+            ref: Any = self._actor.link_exchange.remote(self._session, self._seq, *data)
         else:
             ref = self._actor.link_exchange.options(num_returns=parts).remote(
-                self._session, self._seq, data, parts)
+                self._session, self._seq, *data, parts=parts)
             self.split_replies += 1
         self._flight.append(ref)
         self._seq += 1
@@ -277,16 +283,18 @@ class LinkHost:
             return None
         return link
 
-    def link_exchange(self, session_id: int, seq: int, data: bytes, parts: int = 1
+    def link_exchange(self, session_id: int, seq: int, *data: bytes, parts: int = 1
                       ) -> Any:
-        """The reply frames to the frames in ``data`` (exchange ``seq`` of
-        the session, counted from 0); None once the session is gone.  With
-        ``parts`` > 1, a tuple of that many values (``split_reply``; all
-        None once the session is gone), for a call made with as many
-        ``num_returns``."""
+        """The reply frames to the frames in ``data`` (its parts in order;
+        exchange ``seq`` of the session, counted from 0); None once the
+        session is gone.  With ``parts`` > 1, a tuple of that many values
+        (``split``; all None once the session is gone), for a call made
+        with as many ``num_returns``."""
+        whole = data[0] if len(data) == 1 else b"".join(data)
         if parts > 1:
-            return split_reply(self._exchange(session_id, seq, data), parts)
-        return self._exchange(session_id, seq, data)
+            reply = self._exchange(session_id, seq, whole)
+            return (None,) * parts if reply is None else split(reply, parts)
+        return self._exchange(session_id, seq, whole)
 
     def _exchange(self, session_id: int, seq: int, data: bytes) -> bytes | None:
         link = self._turn(session_id, seq)
@@ -337,15 +345,16 @@ class LinkHost:
 def reply_parts(expected: int) -> int:
     """Parts to ask a reply of about ``expected`` bytes in (a quarter more
     room: batches vary)."""
-    room = expected + expected // 4
-    return max(1, min(MAX_REPLY_PARTS, -(-room // REPLY_PART_BYTES)))
+    return max(1, min(MAX_PARTS, -(-(expected + expected // 4) // PART_BYTES)))
 
 
-def split_reply(reply: bytes | None, parts: int) -> tuple[bytes | None, ...]:
-    """``reply`` as ``parts`` values in order: REPLY_PART_BYTES each, the
-    last one the rest (empty parts when the reply is short)."""
-    if reply is None:
-        return (None,) * parts
-    step = REPLY_PART_BYTES
+def split(data: bytes | bytearray, parts: int) -> tuple[bytes, ...]:
+    """``data`` as ``max(parts, 1)`` values in order (at most MAX_PARTS):
+    PART_BYTES each, the last one the rest (empty when ``data`` is short)."""
+    parts = max(1, min(parts, MAX_PARTS))
+    if parts == 1:
+        return (bytes(data),)
+    step, view = PART_BYTES, memoryview(data)
     last = (parts - 1) * step
-    return (*(reply[i * step:(i + 1) * step] for i in range(parts - 1)), reply[last:])
+    return (*(bytes(view[i * step:(i + 1) * step]) for i in range(parts - 1)),
+            bytes(view[last:]))

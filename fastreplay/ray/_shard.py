@@ -208,9 +208,9 @@ class Shard:
     def link_open(self) -> int:
         return int(self._link.link_open())
 
-    def link_exchange(self, session: int, seq: int, data: bytes, parts: int = 1
+    def link_exchange(self, session: int, seq: int, *data: bytes, parts: int = 1
                       ) -> Any:
-        return self._link.link_exchange(session, seq, data, parts)
+        return self._link.link_exchange(session, seq, *data, parts=parts)
 
     def link_close(self, session: int, seq: int | None = None) -> None:
         self._link.link_close(session, seq)
