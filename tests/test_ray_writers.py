@@ -1,0 +1,109 @@
+"""ShardWriter (fastreplay/ray/_writers.py) without Ray: the wrapper a
+fastreplay.ray client hands out around a writer of one shard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fastreplay
+from fastreplay import errors
+from fastreplay.ray._writers import ShardWriter
+
+
+class _Client:
+    """What ShardWriter asks of its fastreplay.ray client."""
+
+    def __init__(self) -> None:
+        self.closed: list[int] = []
+
+    def writer_closed(self, s: int) -> None:
+        self.closed.append(s)
+
+    def writer_failed(self, s: int) -> errors.ShardUnavailableError:
+        return errors.ShardUnavailableError(f"shard {s} is gone", shard=s, restarts=1)
+
+
+@pytest.fixture()
+def local() -> Any:
+    table = fastreplay.Table("t", fastreplay.selectors.Uniform(),
+                             fastreplay.selectors.Fifo(), 100,
+                             fastreplay.rate_limiters.MinSize(1))
+    server = fastreplay.Server([table])
+    yield fastreplay.Client(f"localhost:{server.port}"), table
+    server.stop()
+
+
+def test_steps_pass_through_and_closing_closes(local: Any) -> None:
+    client, table = local
+    owner = _Client()
+    writer = ShardWriter(client.trajectory_writer(2), 3, owner)  # type: ignore[arg-type]
+    for i in range(3):
+        writer.append({"x": np.float32(i)})
+        writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
+    writer.append({"y": np.int64(7)}, partial_step=True)
+    writer.append({"x": np.float32(9)})
+    assert writer.history["y"][-1] is not None  # the partial step joined the next
+    writer.close()
+    assert table.size == 3 and owner.closed == [3]
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.append({"x": np.float32(1)})
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.create_item("t", 1.0, {"x": np.float32(1)})
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.flush()
+    writer.close()  # twice: nothing more
+    assert owner.closed == [3]
+
+
+def test_a_structured_writer_makes_no_items_by_hand(local: Any) -> None:
+    client, _ = local
+    from fastreplay import structured_writer as sw
+
+    config = sw.create_config(sw.pattern_from_transform(
+        {"x": np.zeros((), np.float32)}, lambda s: {"x": s["x"][-1]}), table="t")
+    writer = ShardWriter(client.structured_writer([config]), 0, _Client())  # type: ignore[arg-type]
+    writer.append({"x": np.float32(1)})
+    with pytest.raises(AttributeError, match="configs"):
+        writer.create_item("t", 1.0, {"x": np.float32(1)})
+    writer.close()
+
+
+class _Dead:
+    """A writer whose shard stopped answering after two items."""
+
+    num_pending_items = 4
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.closed = False
+
+    def append(self, data: Any, *, partial_step: bool = False) -> None:
+        self.calls += 1
+        if self.calls > 2:
+            raise errors.UnavailableError("the outbox lost its connection")
+
+    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
+        if self.calls > 2:
+            raise ConnectionResetError("gone")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_a_lost_shard_raises_with_what_was_not_acknowledged(partial: bool) -> None:
+    dead, owner = _Dead(), _Client()
+    writer = ShardWriter(dead, 1, owner)  # type: ignore[arg-type]
+    for _ in range(2):
+        writer.append({"x": 1}, partial_step=partial)
+        writer.create_item("t", 1.0, {})
+    with pytest.raises(errors.ShardUnavailableError) as err:
+        writer.append({"x": 1}, partial_step=partial)
+    assert err.value.shard == 1 and err.value.restarts == 1
+    assert err.value.unacknowledged_items == 2 + 4  # created + still pending
+    assert dead.closed and owner.closed == [1]
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.create_item("t", 1.0, {})
