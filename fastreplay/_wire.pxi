@@ -77,7 +77,7 @@ cdef int _ptrset_init(_PtrSet *p, int64_t n) except -1:
     return 0
 
 
-cdef inline int32_t _ptrset_index(_PtrSet *p, void *x, int32_t fresh) noexcept:
+cdef inline int32_t _ptrset_index(_PtrSet *p, void *x, int32_t fresh) noexcept nogil:
     """The index of x; x is added with index ``fresh`` when new."""
     cdef size_t h = (<size_t>x >> 4) * <size_t>0x9E3779B97F4A7C15ULL
     cdef size_t k = (h >> 17) & p.mask
@@ -98,6 +98,73 @@ cdef void *_records(object arr, object dtype, str what) except NULL:
     if not arr.flags.c_contiguous:
         raise errors.DataLossError(f"{what} are not contiguous")
     return <void *><size_t>arr.ctypes.data if len(arr) else <void *>&_EMPTY
+
+
+cdef struct _Export:
+    # What export_wire's loop fills (arrays allocated by the caller).
+    _WItem *iv
+    _WCol *cv
+    _WSlice *sv
+    uint64_t *kv      # per distinct chunk: its key
+    int32_t *xv       # per slice: its chunk's index
+    int64_t *uv       # per distinct chunk: the slices naming it
+    int64_t *tv       # per distinct chunk: the item column that named it first
+    fr_chunk **held   # per distinct chunk: retained
+    const fr_spec *spec[_WIRE_SPEC_CACHE]  # the first distinct specs
+    int32_t n_spec
+    int64_t *missed   # columns whose spec is not among them (resolved after) ...
+    const fr_spec **missed_spec  # ... and their specs
+    int64_t n_missed
+    int64_t n_keys
+
+
+cdef void _export_fill(const fr_item *buf, int64_t m, _Export *e,
+                       _PtrSet *seen) noexcept nogil:
+    """export_wire's loop over the items, without the GIL: it was ~24% of
+    an outbox thread whose writer thread waited for the GIL (session 18)."""
+    cdef int64_t i, n_cols = 0, n_slices = 0
+    cdef const fr_trajectory *t
+    cdef const fr_slice *s
+    cdef int32_t ci, si, sid, j
+    for i in range(m):
+        t = <const fr_trajectory *><size_t>buf[i].payload
+        e.iv[i].key, e.iv[i].priority = buf[i].key, buf[i].priority
+        e.iv[i].structure, e.iv[i].n_columns = t.structure_id, t.n_columns
+        for ci in range(t.n_columns):
+            # Interned specs: a handful of pointers (more resolved after).
+            for sid in range(e.n_spec):
+                if e.spec[sid] == t.columns[ci].spec:
+                    break
+            else:
+                if e.n_spec < _WIRE_SPEC_CACHE:
+                    sid = e.n_spec
+                    e.spec[sid] = t.columns[ci].spec
+                    e.n_spec += 1
+                else:
+                    sid = -1
+                    e.missed[e.n_missed] = n_cols
+                    e.missed_spec[e.n_missed] = t.columns[ci].spec
+                    e.n_missed += 1
+            e.cv[n_cols].spec = sid
+            e.cv[n_cols].squeeze = t.columns[ci].squeeze
+            e.cv[n_cols].n_slices = t.columns[ci].n_slices
+            n_cols += 1
+            for si in range(t.columns[ci].first_slice,
+                            t.columns[ci].first_slice + t.columns[ci].n_slices):
+                s = &t.slices[si]
+                e.sv[n_slices].chunk = s.chunk.key
+                e.sv[n_slices].offset, e.sv[n_slices].length = s.offset, s.length
+                j = _ptrset_index(seen, s.chunk, <int32_t>e.n_keys)
+                e.xv[n_slices] = j
+                n_slices += 1
+                if j == e.n_keys:
+                    fr_chunk_retain(s.chunk)
+                    e.held[e.n_keys] = s.chunk
+                    e.kv[e.n_keys] = s.chunk.key
+                    # Chunks of the same item column may merge (pack_merged).
+                    e.tv[e.n_keys] = (<int64_t>t.structure_id << 32) | ci
+                    e.n_keys += 1
+                e.uv[j] += 1
 
 
 def export_wire(TableCore table not None, int64_t max_items) -> tuple:
@@ -122,22 +189,16 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
         if buf == NULL:
             raise MemoryError()
         n = -1
-    cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0, n_keys = 0
+    cdef int64_t m = min(n, max(max_items, 0)), n_cols = 0, n_slices = 0, k
     cdef fr_trajectory *t
-    cdef int32_t ci, si, sid
-    cdef _WItem *iv
-    cdef _WCol *cv
-    cdef _WSlice *sv
-    cdef fr_slice *s
+    cdef int32_t ci
+    cdef _Export e
     cdef _PtrSet seen
     cdef uint64_t[::1] kv
     cdef int32_t[::1] xv
     cdef int64_t[::1] uv, tv
-    cdef int32_t j
-    cdef const fr_spec *spec_ptr[_WIRE_SPEC_CACHE]  # spec pointer -> its index
-    cdef int n_spec_ptr = 0
     cdef ChunkList chunks = ChunkList()
-    specs, spec_ids = [], {}
+    memset(&e, 0, sizeof(e))
     seen.slots, seen.idx = NULL, NULL
     try:
         for i in range(m):
@@ -151,61 +212,49 @@ def export_wire(TableCore table not None, int64_t max_items) -> tuple:
         columns = np.empty(n_cols, COLUMN_DTYPE)
         slices = np.empty(n_slices, SLICE_DTYPE)
         keys = np.empty(n_slices, np.uint64)
-        iv = <_WItem *>_records(items, ITEM_DTYPE, "items")
-        cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
-        sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
+        e.iv = <_WItem *>_records(items, ITEM_DTYPE, "items")
+        e.cv = <_WCol *>_records(columns, COLUMN_DTYPE, "columns")
+        e.sv = <_WSlice *>_records(slices, SLICE_DTYPE, "slices")
         kv = keys
         chunks._slice_index = np.empty(n_slices, np.int32)
         chunks._uses = np.zeros(n_slices, np.int64)
         chunks._tags = np.empty(n_slices, np.int64)
         xv, uv, tv = chunks._slice_index, chunks._uses, chunks._tags
+        if n_slices:
+            e.kv, e.xv, e.uv, e.tv = &kv[0], &xv[0], &uv[0], &tv[0]
+        e.held = <fr_chunk **>malloc(max(n_slices, 1) * sizeof(fr_chunk *))
+        e.missed = <int64_t *>malloc(max(n_cols, 1) * sizeof(int64_t))
+        e.missed_spec = <const fr_spec **>malloc(max(n_cols, 1) * sizeof(fr_spec *))
+        if e.held == NULL or e.missed == NULL or e.missed_spec == NULL:
+            raise MemoryError()
         _ptrset_init(&seen, n_slices)
-        n_cols = n_slices = 0
-        for i in range(m):
-            t = <fr_trajectory *><size_t>buf[i].payload
-            iv[i].key, iv[i].priority = buf[i].key, buf[i].priority
-            iv[i].structure, iv[i].n_columns = t.structure_id, t.n_columns
-            for ci in range(t.n_columns):
-                # Interned specs: a handful of pointers, looked up in C.
-                for sid in range(n_spec_ptr):
-                    if spec_ptr[sid] == t.columns[ci].spec:
-                        break
-                else:
-                    sid = spec_ids.get(<size_t>t.columns[ci].spec, -1)
-                    if sid < 0:
-                        sid = spec_ids[<size_t>t.columns[ci].spec] = len(specs)
-                        specs.append(_spec_tuple(t.columns[ci].spec))
-                    if n_spec_ptr < _WIRE_SPEC_CACHE:
-                        spec_ptr[n_spec_ptr] = t.columns[ci].spec
-                        n_spec_ptr += 1
-                cv[n_cols].spec = sid
-                cv[n_cols].squeeze = t.columns[ci].squeeze
-                cv[n_cols].n_slices = t.columns[ci].n_slices
-                n_cols += 1
-                for si in range(t.columns[ci].first_slice,
-                                t.columns[ci].first_slice + t.columns[ci].n_slices):
-                    s = &t.slices[si]
-                    sv[n_slices].chunk = s.chunk.key
-                    sv[n_slices].offset, sv[n_slices].length = s.offset, s.length
-                    j = _ptrset_index(&seen, s.chunk, <int32_t>n_keys)
-                    xv[n_slices] = j
-                    n_slices += 1
-                    if j == n_keys:
-                        fr_chunk_retain(s.chunk)
-                        chunks._adopt(s.chunk)
-                        kv[n_keys] = s.chunk.key
-                        # Chunks of the same item column may merge (pack_merged).
-                        tv[n_keys] = (<int64_t>t.structure_id << 32) | ci
-                        n_keys += 1
-                    uv[j] += 1
+        with nogil:
+            _export_fill(buf, m, &e, &seen)
+        # The list owns the retained chunks from here (released with it).
+        chunks._c, chunks._n, chunks._cap = e.held, e.n_keys, max(n_slices, 1)
+        e.held = NULL
+        specs = [_spec_tuple(e.spec[k]) for k in range(e.n_spec)]
+        if e.n_missed:  # more distinct specs than the loop looks up
+            spec_ids = {<size_t>e.spec[k]: k for k in range(e.n_spec)}
+            for k in range(e.n_missed):
+                sid = spec_ids.get(<size_t>e.missed_spec[k], -1)
+                if sid < 0:
+                    sid = spec_ids[<size_t>e.missed_spec[k]] = len(specs)
+                    specs.append(_spec_tuple(e.missed_spec[k]))
+                e.cv[e.missed[k]].spec = sid
         chunks._mark_sealed()
     finally:
         free(seen.slots)
         free(seen.idx)
-        for i in range(n):
-            fr_trajectory_payload_release(NULL, buf[i].payload)
-        free(buf)
-    return items, columns, slices, specs, chunks, keys[:n_keys]
+        free(e.missed)
+        free(e.missed_spec)
+        if e.held != NULL:
+            free(e.held)
+        with nogil:
+            for i in range(n):
+                fr_trajectory_payload_release(NULL, buf[i].payload)
+            free(buf)
+    return items, columns, slices, specs, chunks, keys[:e.n_keys]
 
 
 cdef class ChunkList:
@@ -226,10 +275,15 @@ cdef class ChunkList:
         self._c, self._n, self._cap = NULL, 0, 0
 
     def __dealloc__(self):
-        cdef Py_ssize_t k
-        for k in range(self._n):
-            fr_chunk_release(self._c[k])
-        free(self._c)
+        # Without the GIL: the last references of a frame's chunks (one per
+        # column a step for one-item-a-step writers) free them, ~17% of an
+        # outbox thread whose writer thread waits for the GIL (session 18).
+        cdef Py_ssize_t k, n = self._n
+        cdef fr_chunk **c = self._c
+        with nogil:
+            for k in range(n):
+                fr_chunk_release(c[k])
+            free(c)
 
     cdef int _adopt(self, fr_chunk *c) except -1:
         """Append c, taking over one reference (released on failure)."""
@@ -254,17 +308,19 @@ cdef class ChunkList:
         name it again, so it may travel merged with others and the receiver
         needs it only for these items.  Only small raw chunks of fixed-size
         rows qualify (merging big or compressed ones saves nothing)."""
-        cdef Py_ssize_t k
+        cdef Py_ssize_t k, n = self._n
         cdef fr_chunk *c
+        cdef fr_chunk **cs = self._c
         cdef const int64_t[::1] uv = self._uses
-        sealed = np.zeros(self._n, np.bool_)
+        sealed = np.zeros(n, np.bool_)
         cdef unsigned char[::1] sv = sealed.view(np.uint8)
-        for k in range(self._n):
-            c = self._c[k]
-            sv[k] = (fr_chunk_ready(c) and not c.compressed and c.row_bytes > 0 and
-                     c.stored_bytes <= _MERGE_PART_BYTES and
-                     c.stored_bytes == c.n_rows * c.row_bytes and
-                     fr_chunk_refs(c) == uv[k] + 1)
+        with nogil:
+            for k in range(n):
+                c = cs[k]
+                sv[k] = (fr_chunk_ready(c) and not c.compressed and c.row_bytes > 0 and
+                         c.stored_bytes <= _MERGE_PART_BYTES and
+                         c.stored_bytes == c.n_rows * c.row_bytes and
+                         fr_chunk_refs(c) == uv[k] + 1)
         self._sealed = sealed
         return 0
 
@@ -382,6 +438,11 @@ cdef tuple _pack(handles, index, out, slices):
     cdef const int64_t[::1] tv
     cdef const int32_t[::1] xv
     cdef int32_t[::1] rowoff
+    cdef unsigned char *dp
+    cdef uint64_t *tp = NULL
+    cdef uint64_t[::1] tview
+    cdef Py_ssize_t ns = 0
+    cdef bint merging
     cdef ChunkList cl = handles if slices is not None else None
     try:
         for k in range(n):
@@ -399,40 +460,41 @@ cdef tuple _pack(handles, index, out, slices):
             pos_of = <Py_ssize_t *>malloc(max(nj, 1) * sizeof(Py_ssize_t))
             if runs == NULL or run_of == NULL or pos_of == NULL:
                 raise MemoryError()
-            for j in range(nj):
-                run_of[j], pos_of[j] = -1, -1
-            for p in range(n):
-                pos_of[jv[p]] = p
             rowoff = np.full(nj, -1, np.int32)  # row of a merged chunk in its run
-            for j in range(nj):
-                p = pos_of[j]
-                if p < 0 or not sd[j]:
-                    continue
-                h = c[p]
-                nc += 1
-                for o in range(n_open):
-                    if runs[open_run[o]].tag == tv[j]:
-                        break
-                else:
-                    o = -1
-                if o >= 0 and not _merge_breaks(&runs[open_run[o]], h):
-                    k = open_run[o]
-                else:
-                    k = n_runs
-                    n_runs += 1
-                    runs[k] = _Run(tv[j], h, h, 0, 0, 0)
-                    if o < 0:  # a new column: a free slot, else the next one
-                        if n_open < _MERGE_OPEN:
-                            o = n_open
-                            n_open += 1
-                        else:
-                            o = evict
-                            evict = (evict + 1) % _MERGE_OPEN
-                    open_run[o] = <int32_t>k
-                run_of[j], rowoff[j] = <int32_t>k, <int32_t>runs[k].rows
-                runs[k].last = h
-                runs[k].rows += h.n_rows
-                runs[k].nbytes += h.stored_bytes
+            with nogil:  # this and the copies below: ~9% of an outbox thread
+                for j in range(nj):
+                    run_of[j], pos_of[j] = -1, -1
+                for p in range(n):
+                    pos_of[jv[p]] = p
+                for j in range(nj):
+                    p = pos_of[j]
+                    if p < 0 or not sd[j]:
+                        continue
+                    h = c[p]
+                    nc += 1
+                    for o in range(n_open):
+                        if runs[open_run[o]].tag == tv[j]:
+                            break
+                    else:
+                        o = -1
+                    if o >= 0 and not _merge_breaks(&runs[open_run[o]], h):
+                        k = open_run[o]
+                    else:
+                        k = n_runs
+                        n_runs += 1
+                        runs[k] = _Run(tv[j], h, h, 0, 0, 0)
+                        if o < 0:  # a new column: a free slot, else the next one
+                            if n_open < _MERGE_OPEN:
+                                o = n_open
+                                n_open += 1
+                            else:
+                                o = evict
+                                evict = (evict + 1) % _MERGE_OPEN
+                        open_run[o] = <int32_t>k
+                    run_of[j], rowoff[j] = <int32_t>k, <int32_t>runs[k].rows
+                    runs[k].last = h
+                    runs[k].rows += h.n_rows
+                    runs[k].nbytes += h.stored_bytes
         records = np.empty(n - nc + n_runs, CHUNK_DTYPE)
         transient = np.empty(n_runs, np.uint64)
         if out is None:
@@ -444,37 +506,45 @@ cdef tuple _pack(handles, index, out, slices):
                                  "given")
         rv = <_WChunk *>_records(records, CHUNK_DTYPE, "chunks")
         dv = data if total else bytearray(1)
+        dp = &dv[0]
         total = 0
-        for p in range(n):  # each chunk not merged: as it is
-            if cl is not None and sd[jv[p]]:
-                continue
-            h = c[p]
-            rv[r] = _WChunk(h.key, h.episode_id, h.first_step, h.last_step,
-                            h.row_bytes, h.n_rows, h.compressed, h.stored_bytes, total)
-            if h.stored_bytes:
-                memcpy(&dv[total], h.data, h.stored_bytes)
-            total += h.stored_bytes
-            r += 1
-        if cl is None:
-            return records, data, transient
-        for k in range(n_runs):  # each run: one chunk of its rows
-            h = runs[k].first
-            rv[r + k] = _WChunk(h.key, h.episode_id, h.first_step, runs[k].last.last_step,
-                                h.row_bytes, runs[k].rows, 0, runs[k].nbytes, total)
-            transient[k] = h.key
-            runs[k].at = total
-            total += runs[k].nbytes
-        for j in range(nj):  # the rows, each in its run's place
-            if run_of[j] >= 0:
-                h = c[pos_of[j]]
-                memcpy(&dv[runs[run_of[j]].at], h.data, h.stored_bytes)
-                runs[run_of[j]].at += h.stored_bytes
-        xv = cl._slice_index
-        for k in range(len(slices)):
-            j = xv[k]
-            if run_of[j] >= 0:
-                sv[k].chunk = runs[run_of[j]].first.key
-                sv[k].offset += rowoff[j]
+        merging = cl is not None
+        if merging:
+            xv = cl._slice_index
+            ns = len(slices)
+            if n_runs:
+                tview = transient
+                tp = &tview[0]
+        with nogil:
+            for p in range(n):  # each chunk not merged: as it is
+                if merging and sd[jv[p]]:
+                    continue
+                h = c[p]
+                rv[r] = _WChunk(h.key, h.episode_id, h.first_step, h.last_step, h.row_bytes,
+                                h.n_rows, h.compressed, h.stored_bytes, total)
+                if h.stored_bytes:
+                    memcpy(dp + total, h.data, h.stored_bytes)
+                total += h.stored_bytes
+                r += 1
+            if merging:
+                for k in range(n_runs):  # each run: one chunk of its rows
+                    h = runs[k].first
+                    rv[r + k] = _WChunk(h.key, h.episode_id, h.first_step,
+                                        runs[k].last.last_step, h.row_bytes, runs[k].rows,
+                                        0, runs[k].nbytes, total)
+                    tp[k] = h.key
+                    runs[k].at = total
+                    total += runs[k].nbytes
+                for j in range(nj):  # the rows, each in its run's place
+                    if run_of[j] >= 0:
+                        h = c[pos_of[j]]
+                        memcpy(dp + runs[run_of[j]].at, h.data, h.stored_bytes)
+                        runs[run_of[j]].at += h.stored_bytes
+                for k in range(ns):
+                    j = xv[k]
+                    if run_of[j] >= 0:
+                        sv[k].chunk = runs[run_of[j]].first.key
+                        sv[k].offset += rowoff[j]
     finally:
         free(c)
         free(runs)
@@ -483,7 +553,7 @@ cdef tuple _pack(handles, index, out, slices):
     return records, data, transient
 
 
-cdef inline bint _merge_breaks(const _Run *run, const fr_chunk *h) noexcept:
+cdef inline bint _merge_breaks(const _Run *run, const fr_chunk *h) noexcept nogil:
     """Whether chunk h cannot follow the rows of run."""
     return (run.last.row_bytes != h.row_bytes or run.last.episode_id != h.episode_id
             or h.first_step != run.last.last_step + 1
