@@ -62,3 +62,29 @@ def test_a_chunk_list_packs_like_its_handles(table) -> None:  # type: ignore[no-
         _core.pack_chunks(chunks, index, out=bytearray(1))
     del chunks  # the handles hold their own references
     assert bytes(_core.pack_chunks(handles, index)[1]) == bytes(data_a)
+
+
+def test_more_distinct_specs_than_the_loop_looks_up() -> None:
+    """Past the first 64 distinct specs of a frame (looked up without the
+    GIL), the rest are resolved after the loop: every column still names
+    its own spec, each listed once, in first-seen order."""
+    n = 80
+    t = fastreplay.Table("t", selectors.Fifo(), selectors.Fifo(), 1000,
+                         rate_limiters.MinSize(1))
+    server = fastreplay.Server([t])
+    try:
+        step = {f"c{i:02d}": np.zeros(i + 1, np.float32) for i in range(n)}
+        with server.localhost_client().trajectory_writer(1) as w:
+            for _ in range(3):
+                w.append(step)
+                h = w.history
+                w.create_item("t", 1.0, {k: h[k][-1] for k in step})
+            w.flush()
+        items, columns, _, specs, _, _ = _core.export_wire(t._core, 100)
+        assert len(items) == 3 and len(columns) == 3 * n
+        assert len(specs) == n == len({tuple(s) for s in specs})
+        shapes = [tuple(specs[s][2]) for s in columns["spec"]]
+        assert shapes == [(i + 1,) for i in range(n)] * 3
+        np.testing.assert_array_equal(columns["spec"][:n], np.arange(n))
+    finally:
+        server.stop()
