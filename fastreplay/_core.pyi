@@ -507,6 +507,8 @@ class _WriterBase:
     _item_keys: tuple[Any, ...] | None
     _item_order: tuple[Any, ...] | None
     _item_structure: Any
+    _failure_hook: Any
+    _items_created: int
     def _check_open(self) -> int: ...
     def append(self, data: Any, *, partial_step: bool = False) -> StepReferences: ...
     @property

@@ -238,6 +238,11 @@ cdef class _WriterBase:
     cdef public Py_ssize_t _generation   # end_episode(clear_buffers) calls
     cdef public bint _closed
     cdef public dict _targets            # table name -> (Table, TableCore, check)
+    # Called with what append or create_item raised, before it propagates
+    # (it may raise another error instead): a fastreplay.ray writer turns a
+    # lost shard into ShardUnavailableError without a Python frame a step.
+    cdef public object _failure_hook
+    cdef public int64_t _items_created   # create_item calls that succeeded
     # create_item's cache for flat dict trajectories: the keys of the last
     # one (iteration order), the same keys in flatten order, its structure.
     cdef public tuple _item_keys
@@ -276,6 +281,15 @@ cdef class _WriterBase:
         TypeError
             A value that is not numeric or bool.
         """
+        if self._failure_hook is None:
+            return self._append_step(data, partial_step)
+        try:
+            return self._append_step(data, partial_step)
+        except BaseException as exc:
+            self._failure_hook(exc)
+            raise
+
+    cdef _append_step(self, data, bint partial_step):
         if self._closed:
             self._check_open()
         cdef FlattenPlan plan
@@ -331,12 +345,23 @@ cdef class _WriterBase:
             references, mixed dtypes or shapes, bad squeeze, a priority the
             table's selectors reject, or a signature mismatch.
         """
+        if self._failure_hook is None:
+            self._create_item_locked(table, priority, trajectory)
+            return
+        try:
+            self._create_item_locked(table, priority, trajectory)
+        except BaseException as exc:
+            self._failure_hook(exc)
+            raise
+
+    cdef _create_item_locked(self, table, priority, trajectory):
         if self._closed:
             self._check_open()
         cdef _WriterLock lock = self._core.lock  # one thread at a time
         lock.acquire()
         try:
             self._create_item(table, priority, trajectory)
+            self._items_created += 1
         finally:
             lock.release()
 

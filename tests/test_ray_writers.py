@@ -3,6 +3,7 @@ fastreplay.ray client hands out around a writer of one shard."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -71,8 +72,63 @@ def test_a_structured_writer_makes_no_items_by_hand(local: Any) -> None:
     writer.close()
 
 
-class _Dead:
-    """A writer whose shard stopped answering after two items."""
+class _Lost(Mapping[str, Any]):
+    """Data whose reading raises what a writer raises for a lost shard."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise errors.UnavailableError("the outbox lost its connection")
+
+    def __iter__(self) -> Iterator[str]:
+        raise errors.UnavailableError("the outbox lost its connection")
+
+    def __len__(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("where", ["append", "create_item"])
+def test_a_lost_shard_raises_with_what_was_not_acknowledged(local: Any, where: str
+                                                           ) -> None:
+    """What append or create_item of a TrajectoryWriter raise for a lost
+    shard reaches ShardWriter through the writer's failure hook (no wrapper
+    on the step path): ShardUnavailableError with the items created since
+    the last flush, and the writer is closed."""
+    client, _ = local
+    owner = _Client()
+    inner = client.trajectory_writer(1)
+    writer = ShardWriter(inner, 1, owner)  # type: ignore[arg-type]
+    assert writer.append == inner.append  # no wrapper
+    for i in range(5):
+        writer.append({"x": np.float32(i)})
+        writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
+        if i == 2:
+            writer.flush()
+    with pytest.raises(errors.ShardUnavailableError) as err:
+        if where == "append":
+            writer.append(_Lost())
+        else:
+            writer.create_item("t", 1.0, _Lost())
+    assert err.value.shard == 1 and err.value.restarts == 1
+    assert err.value.unacknowledged_items == 2  # created after the flush
+    assert inner._closed and owner.closed == [1]
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.create_item("t", 1.0, {})
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.append({"x": np.float32(0)})
+
+
+def test_other_errors_pass_through_and_keep_the_writer(local: Any) -> None:
+    client, table = local
+    writer = ShardWriter(client.trajectory_writer(1), 0, _Client())  # type: ignore[arg-type]
+    writer.append({"x": np.float32(1)})
+    with pytest.raises(ValueError):
+        writer.append({"x": np.zeros(3, np.float32)})  # another shape
+    writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
+    writer.close()
+    assert table.size == 1
+
+
+class _DeadStructured:
+    """A StructuredWriter-like writer whose shard stopped answering."""
 
     num_pending_items = 4
 
@@ -83,10 +139,6 @@ class _Dead:
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         self.calls += 1
         if self.calls > 2:
-            raise errors.UnavailableError("the outbox lost its connection")
-
-    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
-        if self.calls > 2:
             raise ConnectionResetError("gone")
 
     def close(self) -> None:
@@ -94,16 +146,14 @@ class _Dead:
 
 
 @pytest.mark.parametrize("partial", [False, True])
-def test_a_lost_shard_raises_with_what_was_not_acknowledged(partial: bool) -> None:
-    dead, owner = _Dead(), _Client()
+def test_a_structured_writer_of_a_lost_shard(partial: bool) -> None:
+    dead, owner = _DeadStructured(), _Client()
     writer = ShardWriter(dead, 1, owner)  # type: ignore[arg-type]
     for _ in range(2):
         writer.append({"x": 1}, partial_step=partial)
-        writer.create_item("t", 1.0, {})
     with pytest.raises(errors.ShardUnavailableError) as err:
         writer.append({"x": 1}, partial_step=partial)
-    assert err.value.shard == 1 and err.value.restarts == 1
-    assert err.value.unacknowledged_items == 2 + 4  # created + still pending
+    assert err.value.unacknowledged_items == 4  # its pending items
     assert dead.closed and owner.closed == [1]
     with pytest.raises(RuntimeError, match="closed"):
-        writer.create_item("t", 1.0, {})
+        writer.append({"x": 1})
