@@ -219,3 +219,30 @@ def test_merged_chunks_survive_a_checkpoint(tmp_path: Any) -> None:
         np.testing.assert_array_equal(np.asarray(data["x"])[:, :, 0], want)
     finally:
         restored.stop()
+
+
+def test_two_writers_interleaved_read_back_over_a_socket() -> None:
+    """Two writers of one client staging items in another order than their
+    chunks were made (the outbox sorts such an export's chunk keys; a
+    single writer's come sorted and skip it): every item reads back its
+    own step, with merged and unmerged chunks alike."""
+    server, table = _target()
+    try:
+        client = _socket_client(server.port)
+        a, b = client.trajectory_writer(1), client.trajectory_writer(2)
+        for i in range(1000):
+            a.append({"x": np.full(3, i, np.float32), "y": np.int64(i)})
+            b.append({"x": np.full(3, -i, np.float32), "y": np.int64(-i)})
+            hb = b.history  # b's item first: its chunks are younger than a's
+            b.create_item("t", 1.0, {"x": hb["x"][-1], "y": hb["y"][-1]})
+            ha = a.history
+            a.create_item("t", 1.0, {"x": ha["x"][-1], "y": ha["y"][-1]})
+        a.close()
+        b.close()
+        client.close()
+        assert table.size == 2000
+        _, x, y = _read_all(server, 2000)
+        np.testing.assert_array_equal(x[:, 0], y.astype(np.float32))
+        assert sorted(y.tolist()) == sorted([*range(1000), *range(0, -1000, -1)])
+    finally:
+        server.stop()

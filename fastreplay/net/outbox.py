@@ -180,15 +180,20 @@ class Outbox:
         chunk each.  The server waits for its rate limiter as long as it
         takes (flush bounds the writer's wait, not the insert)."""
         items, columns, slices = records
-        order = np.argsort(keys)
-        wanted = keys[order]
-        sealed = handles.sealed[order]
+        # A writer's chunk keys grow, so an export's usually come sorted:
+        # then no argsort and no reordered copies (~10% of the outbox
+        # thread of a one-item-a-step writer, perf, session 18).
+        if len(keys) < 2 or bool((keys[1:] > keys[:-1]).all()):
+            order, wanted, sealed = None, keys, handles.sealed
+        else:
+            order = np.argsort(keys)
+            wanted, sealed = keys[order], handles.sealed[order]
         structures = [[int(s), _structures.to_json(int(s))]
                       for s in _distinct(items["structure"])]
 
         def build(conn: Conn) -> tuple[dict[str, Any], list[Any]]:
             new, forget = conn.held.use(wanted, transient=sealed)
-            index = order[new]
+            index = np.flatnonzero(new) if order is None else order[new]
             size = _core.chunk_bytes(handles, index)
             region = self._backend.ring_region(conn, size) if size else None
             sent = slices.copy()  # pack_merged renames merged chunks in it
