@@ -378,6 +378,7 @@ include "_trajwriter.pxi"
 include "_structured.pxi"
 include "_checkpoint.pxi"
 include "_wire.pxi"
+include "_wire_insert.pxi"
 include "_shm.pxi"
 
 _npfast_init()
