@@ -402,6 +402,12 @@ def test_depth_by_thread_and_batch_size() -> None:
     assert ahead.depth(Link(), True, 2, big - 1) == 2  # a learner, small batches
     assert ahead.depth(Link(), True, 2, big) == 1
     assert ahead.depth(object(), True, 2, big) == 1
+    # A dataset worker's depth gives way for batches that would fill AHEAD_BYTES.
+    budget = ahead.AHEAD_BYTES
+    assert ahead.depth(Link(), False, 2, budget // 8) == 8
+    assert ahead.depth(Link(), False, 2, budget // 4) == 4
+    assert ahead.depth(Link(), False, 2, budget) == 2
+    assert ahead.depth(Link(), False, 2, 0) == 8  # size not known yet
 
 
 def test_each_thread_samples_ahead_for_itself(server: Server) -> None:

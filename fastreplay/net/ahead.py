@@ -51,6 +51,10 @@ PAUSE_CALLS = 64
 #: 12.4-14.4k -> 14.6-16.1k rows/s; small transitions (2 shards of 50k, 256
 #: a batch) showed no difference within the noise (session 17).
 LARGE_BATCH_BYTES = 256 << 10
+#: Bytes of batches a thread that never updates priorities keeps asked for
+#: ahead at most: its socket's deeper ``ahead_depth`` gives way to the
+#: default for batches so large that a few of them fill it.
+AHEAD_BYTES = 32 << 20
 
 
 def eligible(info: Any) -> bool:
@@ -71,12 +75,15 @@ def depth(sock: Any, updates: bool, default: int, nbytes: int = 0) -> int:
     socket's own ``ahead_depth`` (a Ray link's, where every message is an
     actor call) on a connection whose thread never updated priorities (a
     ``dataset`` worker's: no batch of it is ever thrown away for an
-    update), or one for a thread that updates priorities and samples
-    batches of ``nbytes`` >= LARGE_BATCH_BYTES.  Refilled when half are
-    used, all in one message."""
+    update) as long as that many batches of ``nbytes`` fit AHEAD_BYTES, or
+    one for a thread that updates priorities and samples batches of
+    ``nbytes`` >= LARGE_BATCH_BYTES.  Refilled when half are used, all in
+    one message."""
     deep = int(getattr(sock, "ahead_depth", 0))
     if updates:
         return 1 if nbytes >= LARGE_BATCH_BYTES else default
+    if nbytes > 0:
+        deep = min(deep, AHEAD_BYTES // nbytes)
     return deep if deep > default else default
 
 
