@@ -395,11 +395,13 @@ def test_a_learner_of_large_batches_keeps_one_asked_ahead(big_server: Server
 def test_depth_by_thread_and_batch_size() -> None:
     class Link:
         ahead_depth = 8
+        update_ahead_depth = 4
 
     big = ahead.LARGE_BATCH_BYTES
     assert ahead.depth(Link(), False, 2, big) == 8  # a dataset worker
     assert ahead.depth(object(), False, 2, big) == 2
-    assert ahead.depth(Link(), True, 2, big - 1) == 2  # a learner, small batches
+    assert ahead.depth(Link(), True, 2, big - 1) == 4  # a learner, small batches
+    assert ahead.depth(object(), True, 2, big - 1) == 2
     assert ahead.depth(Link(), True, 2, big) == 1
     assert ahead.depth(object(), True, 2, big) == 1
     # A dataset worker's depth gives way for batches that would fill AHEAD_BYTES.

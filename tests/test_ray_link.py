@@ -418,7 +418,7 @@ def test_a_thread_that_never_updates_keeps_more_batches_ahead(shard, ray_session
     """On a Ray link a thread that never updated priorities (a dataset
     worker) keeps ``RaySocket.ahead_depth`` batches asked for ahead and asks
     for half of them in one actor call; once it updates, it keeps the
-    socket transport's two."""
+    fewer a learner keeps (``RaySocket.update_ahead_depth``)."""
     from fastreplay.net.sampling import AHEAD_DEPTH
     from fastreplay.ray._link import RaySocket
 
@@ -445,7 +445,8 @@ def test_a_thread_that_never_updates_keeps_more_batches_ahead(shard, ray_session
         for _ in range(RaySocket.ahead_depth + 2):  # what was asked drains
             client.sample_batch("uniform", 16)
             assert len(conn.ahead) <= RaySocket.ahead_depth
-        assert len(conn.ahead) <= AHEAD_DEPTH
+        assert len(conn.ahead) <= max(AHEAD_DEPTH, RaySocket.update_ahead_depth)
+        assert RaySocket.update_ahead_depth < RaySocket.ahead_depth
     finally:
         client.close()
 

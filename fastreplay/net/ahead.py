@@ -75,13 +75,16 @@ def depth(sock: Any, updates: bool, default: int, nbytes: int = 0) -> int:
     socket's own ``ahead_depth`` (a Ray link's, where every message is an
     actor call) on a connection whose thread never updated priorities (a
     ``dataset`` worker's: no batch of it is ever thrown away for an
-    update) as long as that many batches of ``nbytes`` fit AHEAD_BYTES, or
-    one for a thread that updates priorities and samples batches of
-    ``nbytes`` >= LARGE_BATCH_BYTES.  Refilled when half are used, all in
-    one message."""
-    deep = int(getattr(sock, "ahead_depth", 0))
+    update) as long as that many batches of ``nbytes`` fit AHEAD_BYTES; for
+    a thread that updates priorities, one when it samples batches of
+    ``nbytes`` >= LARGE_BATCH_BYTES, else the socket's
+    ``update_ahead_depth`` when deeper than the default.  Refilled when
+    half are used, all in one message."""
     if updates:
-        return 1 if nbytes >= LARGE_BATCH_BYTES else default
+        if nbytes >= LARGE_BATCH_BYTES:
+            return 1
+        return max(default, int(getattr(sock, "update_ahead_depth", 0)))
+    deep = int(getattr(sock, "ahead_depth", 0))
     if nbytes > 0:
         deep = min(deep, AHEAD_BYTES // nbytes)
     return deep if deep > default else default
