@@ -1,7 +1,9 @@
 """The anchors of ``ray_bench.py``: a naive Ray actor around one
 ``fastreplay.ReplayBuffer`` (PER), K such actors (Ape-X style, for the Atari
-figure), and TorchRL's ``RayReplayBuffer`` (uniform: its prioritized sampler
-needs a TorchRL C++ extension built for the installed torch).
+figure), and TorchRL's ``RayReplayBuffer``: prioritized (``PrioritizedSampler``,
+sample + ``update_priority``, the workload of the other rows) where its C++
+segment trees load against the installed torch (torchrl 0.14.1's wheel: torch
+2.14.1, not 2.13.0), uniform sampling with nothing to update otherwise.
 
 Placement (every figure, every system): the buffer actor on node 1, the
 learner on node 0 (the driver's), one writer actor per node; K=4 buffers
@@ -87,11 +89,18 @@ class BatchWriter:
 class Learner:
     """The learner actor: ``batch`` rows per step (split over K naive actors
     and fetched in parallel) plus ``update_priorities`` (naive), or
-    TorchRL's ``sample`` alone (uniform, nothing to update)."""
+    TorchRL's ``sample`` plus ``update_priority`` (prioritized) or alone
+    (uniform, nothing to update)."""
 
-    def __init__(self, kind: str, targets: list[Any], batch: int, seed: int) -> None:
+    def __init__(self, kind: str, targets: list[Any], batch: int, seed: int,
+                 prioritized: bool = True) -> None:
         self.kind, self.targets, self.batch = kind, targets, batch
+        self.prioritized = prioritized
         self.prios = rc.new_priorities(batch, seed)
+        if kind == "torchrl":
+            import torch
+
+            self.torch_prios = torch.from_numpy(self.prios.astype(np.float32))
 
     def ready(self) -> bool:
         return True
@@ -104,7 +113,10 @@ class Learner:
         rows, t0 = 0, time.perf_counter()
         while True:
             if self.kind == "torchrl":
-                rows += int(self.targets[0].sample(self.batch).batch_size[0])
+                td = self.targets[0].sample(self.batch)
+                if self.prioritized:
+                    self.targets[0].update_priority(td["index"], self.torch_prios)
+                rows += int(td.batch_size[0])
             else:
                 outs = ray.get([t.sample.remote(c) for t, c in zip(self.targets, counts,
                                                                    strict=True)])
@@ -118,14 +130,15 @@ class Learner:
 
 
 def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes,
-                size_of: Any, label: str) -> dict[str, list[Row]]:
+                size_of: Any, label: str, prioritized: bool = True
+                ) -> dict[str, list[Row]]:
     """writes, learner and together figures of one anchor system."""
     import ray
 
     nodes, t = cluster.nodes, sizes.timeout
     writers = [_remote(BatchWriter, nodes[i % len(nodes)], kind, targets,
                        rc.small_batch(sizes.batch, 10 + i)) for i in range(2)]
-    learner = _remote(Learner, nodes[0], kind, targets, sizes.batch, 7)
+    learner = _remote(Learner, nodes[0], kind, targets, sizes.batch, 7, prioritized)
     try:
         ray.get([a.ready.remote() for a in (learner, *writers)], timeout=t)
         size_of()  # the buffer actor is up
@@ -147,7 +160,8 @@ def _throughput(kind: str, targets: list[Any], cluster: rc.Cluster, sizes: Sizes
         tw, ts = rc.together(writers, learner, sizes.rounds, sizes.duration, t)
     finally:
         rc.kill(learner, *writers)
-    what = "sample" if kind == "torchrl" else "sample + update_priorities"
+    what = ("sample + update_priorities" if prioritized
+            else "uniform sample (prioritized sampler unavailable)")
     return {"writes": [Row(label, w, note=f"{sizes.batch} rows/call")],
             "learner": [Row(label, s, note=f"{what} of {sizes.batch}")],
             "together": [Row(f"{label}: writes", tw), Row(f"{label}: sampled", ts)]}
@@ -166,13 +180,31 @@ def naive_throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
         rc.kill(buf)
 
 
+def torchrl_prioritized() -> bool:
+    """Whether TorchRL's prioritized sampler works here (its C++ segment
+    trees load only against the torch its wheel was built for)."""
+    try:
+        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+
+        PrioritizedSampler(8, rc.ALPHA, BETA)
+    except Exception:  # noqa: BLE001 - a failed extension load, any type
+        return False
+    return True
+
+
 def _torchrl_buffer(node: str, sizes: Sizes) -> Any:
+    """TorchRL's Ray buffer with the other rows' PER (alpha, beta) where its
+    prioritized sampler works, uniform otherwise."""
     from functools import partial
 
-    from torchrl.data import LazyTensorStorage, RayReplayBuffer
+    from torchrl.data import LazyTensorStorage, RayReplayBuffer, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler
 
+    per = ({"sampler": partial(PrioritizedSampler, sizes.capacity, rc.ALPHA, BETA)}
+           if torchrl_prioritized() else {})
     return RayReplayBuffer(storage=partial(LazyTensorStorage, sizes.capacity),
-                           batch_size=sizes.batch, remote_config=rc.on_node(node))
+                           replay_buffer_cls=TensorDictReplayBuffer,
+                           batch_size=sizes.batch, remote_config=rc.on_node(node), **per)
 
 
 def torchrl_throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
@@ -180,7 +212,7 @@ def torchrl_throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]
     try:
         client = rb.client()
         return _throughput("torchrl", [client], cluster, sizes, lambda: len(client),
-                           "TorchRL RayReplayBuffer")
+                           "TorchRL RayReplayBuffer", torchrl_prioritized())
     finally:
         rb.close()
 
