@@ -89,11 +89,15 @@ class RaySocket:
     #: a deeper local socket: no gain), session 18.
     ahead_depth = 16
     #: Batches a learner's thread (it updates priorities) keeps asked for
-    #: ahead when they are small: refilled two at a time, an actor call per
-    #: two batches; batches holding keys it updated are skipped as ever.
-    #: Learner in the driver, 2 shards (one across nodes), interleaved A/B,
-    #: 4 pairs: 65.6-105.4k rows/s with 2, 81.1-110.2k with 4 (session 18).
-    update_ahead_depth = 4
+    #: ahead when they are small: refilled four at a time, an actor call per
+    #: four batches; batches holding keys it updated are skipped as ever.
+    #: Learner in the driver, 2 shards (one across nodes), interleaved A/B in
+    #: one process: 2 -> 4 gave 65.6-105.4k -> 81.1-110.2k rows/s (4 pairs,
+    #: session 18); 4 -> 8 with 500k items a shard (the bench's full tables)
+    #: 148-200k -> 171-235k (median 170k -> 195k, 4 triples; 16: 165-255k,
+    #: more batches thrown for the learner's own updates), with 50k a shard
+    #: 79-110k -> 87-104k (median 94k -> 98k, 5 pairs; session 19).
+    update_ahead_depth = 8
 
     def __init__(self, actor: Any, session_id: int) -> None:
         self._actor = actor
