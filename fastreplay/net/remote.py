@@ -45,8 +45,12 @@ from fastreplay.table import Table, TableInfo, key_array
 __all__ = ["RemoteBackend"]
 
 #: Deferred calls (priority updates) a connection sends before it reads
-#: their replies: few enough that the replies never fill a socket buffer.
-MAX_OWED = 256
+#: their replies: few enough that the replies never fill a socket buffer
+#: (a Unix socket charges ~0.8 KiB of its ~208 KiB for each small reply:
+#: 256 owed replies took 196 KiB of it, and with a batch asked ahead
+#: unread on top the server blocked and the connection deadlocked; 64
+#: leave room, session 19).
+MAX_OWED = 64
 _LOOPBACK = ("127.0.0.1", "::1")
 _counter = itertools.count()
 class RefusedError(errors.UnavailableError):
@@ -293,21 +297,29 @@ class RemoteBackend(Sampling):
         call's; an error read here waits in ``conn.failed`` for the next
         call of the connection's thread."""
         if len(conn.pending) >= MAX_OWED:
-            try:
-                conn.settle()
-            except OSError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the caller's error, for later
-                conn.failed = conn.failed or exc
+            _read_owed(conn)
         args, blobs = conn.ops.take()
         conn.pending.append(("priorities", args, blobs, None, None))
         wire.send_frame(conn.sock, wire.KIND_CALL, {"op": "priorities", "args": args},
                         blobs)
 
+    def _ship_ops_unread(self, conn: Conn) -> None:
+        """``_ship_ops`` where the connection's thread is not about to read
+        its replies (the Flusher's sends, MAX_KEYS reached in an update):
+        what the connection is owed is read first.  A thread that sampled
+        ahead and then only updates priorities (a learner that moved to a
+        ``dataset``) never reads again; the server, blocked sending it a
+        batch, stops reading, and updates sent meanwhile fill the other
+        direction until both wait forever (session 19).  A pipelined link
+        (Ray) holds its replies itself: read at MAX_OWED, as ever."""
+        if conn.pending and not getattr(conn.sock, "pipelined", False):
+            _read_owed(conn)
+        self._ship_ops(conn)
+
     def _flush_ops(self, conn: Conn) -> None:
         """``_ship_ops`` for the Flusher: what it sends goes now even
         through a connector that buffers until a read (``_push``)."""
-        self._ship_ops(conn)
+        self._ship_ops_unread(conn)
         push(conn)
 
     def settle(self) -> None:
@@ -505,7 +517,7 @@ class RemoteBackend(Sampling):
             if not conn.ops.items:
                 return
             try:
-                self._ship_ops(conn)
+                self._ship_ops_unread(conn)
                 return
             except (OSError, wire.FrameError):
                 carry = conn.unconfirmed()
@@ -557,3 +569,14 @@ def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:
     for conn in list(conns):
         conn.close()
     conns.clear()
+
+
+def _read_owed(conn: Conn) -> None:
+    """Read the replies ``conn`` is owed (``conn.lock`` held); an error
+    among them waits in ``conn.failed`` for the thread's next call."""
+    try:
+        conn.settle()
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the caller's error, for later
+        conn.failed = conn.failed or exc
