@@ -204,7 +204,8 @@ def _torchrl_buffer(node: str, sizes: Sizes) -> Any:
            if torchrl_prioritized() else {})
     return RayReplayBuffer(storage=partial(LazyTensorStorage, sizes.capacity),
                            replay_buffer_cls=TensorDictReplayBuffer,
-                           batch_size=sizes.batch, remote_config=rc.on_node(node), **per)
+                           batch_size=sizes.batch, remote_config=rc.on_node(node),
+                           **per)
 
 
 def torchrl_throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:

@@ -539,3 +539,55 @@ def test_flusher_leaves_operations_queued_after_its_look() -> None:
         assert not conn.ops.items
     finally:
         flusher.close()
+
+
+def test_flusher_looks_once_per_delay_not_once_per_update() -> None:
+    """A learner queues updates every batch and its next call sends them:
+    the Flusher looks at the connection once per delay (a tick), not once
+    for every first update (it woke for each, twice, taking the GIL from
+    the learner: session 19), and goes idle once nothing waits."""
+    import threading as th
+    import types as ty
+
+    class CountingLock:
+        def __init__(self) -> None:
+            self.lock, self.flusher_looks = th.RLock(), 0
+
+        def acquire(self, blocking: bool = True) -> bool:
+            got = self.lock.acquire(blocking)
+            if got and th.current_thread().name == "fastreplay-priorities":
+                self.flusher_looks += 1
+            return got
+
+        def release(self) -> None:
+            self.lock.release()
+
+        def __enter__(self) -> CountingLock:
+            self.acquire()
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.release()
+
+    delay = 0.05
+    lock = CountingLock()
+    conn = ty.SimpleNamespace(sock=ty.SimpleNamespace(flush_delay=delay), lock=lock,
+                              ops=priorities.Ops())
+    flusher = priorities.Flusher(lambda c: c.ops.take())
+    try:
+        keys, prios = np.arange(3, dtype=np.uint64), np.ones(3)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10 * delay:  # 100 batches in 10 delays
+            with lock:
+                assert conn.ops.add("t", keys, prios, None)
+            flusher.watch(conn)
+            time.sleep(delay / 20)
+            with lock:  # the thread's next call sends them
+                conn.ops.take()
+            time.sleep(delay / 20)
+        assert lock.flusher_looks <= 2 * 10 + 2, lock.flusher_looks
+        looks = lock.flusher_looks
+        time.sleep(5 * delay)
+        assert lock.flusher_looks <= looks + 1  # idle: nothing waits
+    finally:
+        flusher.close()

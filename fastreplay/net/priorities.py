@@ -10,9 +10,10 @@ and mutations, in order, in an ``Ops`` list and sends them as one
 * when ``MAX_KEYS`` keys are waiting,
 * before that thread's next other call on the connection (so everything a
   thread does later is answered after its updates were applied), or
-* ``MAX_DELAY`` seconds after the first one waited (the ``Flusher`` thread;
-  a connection whose socket names its own ``flush_delay`` waits that long:
-  a Ray actor call costs far more than a socket write),
+* about ``MAX_DELAY`` seconds after the first one waited (at most one and
+  a half: the ``Flusher`` thread looks once per delay; a connection whose
+  socket names its own ``flush_delay`` waits that long: a Ray actor call
+  costs far more than a socket write),
 
 whichever comes first.  The server applies the operations of a frame in
 order, each as one compiled mutation of its table.
@@ -20,7 +21,6 @@ order, each as one compiled mutation of its table.
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 import types
@@ -116,9 +116,16 @@ def _delay(conn: Any) -> float:
 
 
 class Flusher:
-    """Sends operations that waited ``MAX_DELAY`` on connections whose
-    threads made no call since (one daemon thread per backend, started
-    with the first operation)."""
+    """Sends operations that waited about ``MAX_DELAY`` on connections
+    whose threads made no call since (one daemon thread per backend,
+    started with the first operation).
+
+    While connections are watched it wakes once per delay (a tick) and
+    sends what waited half a delay or more; a connection with nothing
+    waiting at a tick is no longer watched, and with none watched the
+    thread sleeps until the next ``watch``.  (It used to wake for every
+    watch and again a delay later: two wake-ups per connection per learner
+    batch, each taking the GIL from the learner; session 19.)"""
 
     def __init__(self, ship: Callable[[Any], None]) -> None:
         # ship(conn): send conn.ops; called with conn.lock held.  A method
@@ -128,22 +135,23 @@ class Flusher:
             weakref.WeakMethod(ship) if isinstance(ship, types.MethodType)
             else lambda: ship)
         self._cond = threading.Condition()
-        self._due: collections.deque[tuple[Any, float]] = collections.deque()
+        self._watched: dict[int, Any] = {}  # id(conn) -> conn, until a tick
+        self._ticking = False  # the thread wakes by itself: no notify needed
         self._thread: threading.Thread | None = None
         self._closed = False
 
     def watch(self, conn: Any) -> None:
-        """``conn`` got its first waiting operation: look at it after
-        ``MAX_DELAY``."""
+        """``conn`` got its first waiting operation: look at it at the
+        next ticks."""
         with self._cond:
             if self._closed:
                 return
-            self._due.append((conn, time.monotonic() + _delay(conn)))
+            self._watched[id(conn)] = conn
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="fastreplay-priorities")
                 self._thread.start()
-            elif len(self._due) == 1:
+            elif not self._ticking:
                 self._cond.notify()
 
     def close(self) -> None:
@@ -157,33 +165,40 @@ class Flusher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._due and not self._closed:
+                while not self._watched and not self._closed:
+                    self._ticking = False
                     self._cond.wait()
                 if self._closed:
                     return
-                conn, at = self._due[0]
-                wait = at - time.monotonic()
-                if wait > 0:
-                    self._cond.wait(wait)
-                    continue
-                self._due.popleft()
-            if not conn.lock.acquire(blocking=False):
-                # Its thread is in a call, which sends them first; look again.
-                with self._cond:
-                    self._due.append((conn, time.monotonic() + _delay(conn)))
-                continue
+                self._ticking = True
+                self._cond.wait(min(_delay(c) for c in self._watched.values()))
+                if self._closed:
+                    return
+                conns, self._watched = self._watched, {}
             ship = self._ship()
             if ship is None:  # the backend was collected
-                conn.lock.release()
                 return
-            try:
-                # Operations queued after those this look was for (the
-                # thread's calls sent those) have a look of their own.
-                if conn.ops.items and (time.monotonic() - conn.ops.since
-                                       >= _delay(conn) / 2):
-                    ship(conn)
-            except (OSError, wire.FrameError):
-                pass  # the thread's next call reconnects and sends them again
-            finally:
-                conn.lock.release()
-            del ship, conn  # hold nothing while waiting
+            again = {key: conn for key, conn in conns.items() if _look(conn, ship)}
+            if again:
+                with self._cond:
+                    again.update(self._watched)
+                    self._watched = again
+            del conns, again, ship  # hold nothing while waiting
+
+
+def _look(conn: Any, ship: Callable[[Any], None]) -> bool:
+    """Send what waited half a delay or more on ``conn``; True when
+    operations still wait (to look again at the next tick)."""
+    if not conn.lock.acquire(blocking=False):
+        return True  # its thread is in a call, which sends them first
+    try:
+        if not conn.ops.items:
+            return False  # the thread's call sent them
+        if time.monotonic() - conn.ops.since < _delay(conn) / 2:
+            return True  # queued just before this tick: the next one sends them
+        ship(conn)
+    except (OSError, wire.FrameError):
+        pass  # the thread's next call reconnects and sends them again
+    finally:
+        conn.lock.release()
+    return False
