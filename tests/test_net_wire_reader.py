@@ -293,3 +293,41 @@ def test_bad_json_is_a_frame_error(body: bytes) -> None:
     data = HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_CALL, 0, len(body), 0) + body
     with pytest.raises(wire.FrameError):
         wire.Reader(ChoppedSocket([data])).recv_frame()
+
+
+def test_unpack_arrays_reads_packed_arrays_and_refuses_bad_descriptors() -> None:
+    arrays = [np.arange(5, dtype=np.uint64), np.ones((3, 2), np.float32),
+              np.zeros((2, 0, 4), np.int16), np.array([b"ab", b"c"]),
+              np.array([True, False])]
+    descs, bufs = wire.pack_arrays(arrays)
+    descs = json.loads(json.dumps(descs))  # as they arrive
+    blob = b"".join(np.ascontiguousarray(b).tobytes() for b in bufs)
+    for _ in range(2):  # the second time with the dtypes looked up before
+        got = wire.unpack_arrays(descs, blob)
+        assert [a.dtype for a in got] == [a.dtype for a in arrays]
+        assert all(np.array_equal(g, a) for g, a in zip(got, arrays, strict=True))
+        assert all(g.shape == a.shape for g, a in zip(got, arrays, strict=True))
+    good = ["<f4", [3, 2], 0, 24]
+    bad = [
+        ("<f4", [3, 2], 0),  # three fields
+        ["no-such-dtype", [3], 0, 12],
+        [["<f4"], [3], 0, 12],  # a list for a dtype
+        ["O", [1], 0, 8],  # objects never come off the wire
+        ["V4", [1], 0, 4],  # not a kind the wire carries
+        ["S0", [1], 0, 0],  # no size
+        ["<f4", (3, 2), 0, 24],  # a shape that is not a list
+        ["<f4", [3, -2], 0, 24],
+        ["<f4", [-3, -2], 0, 24],  # the product fits; the dims do not
+        ["<f4", [3, 2.0], 0, 24],
+        ["<f4", [1] * 33, 0, 4],
+        ["<f4", [3, 2], 0, 20],  # nbytes disagrees with the shape
+        ["<f4", [3, 2], len(blob), 24],  # past the end
+        ["<f4", [3, 2], -1, 24],
+        ["<f4", [3, 2], 0.0, 24],
+    ]
+    assert wire.unpack_arrays([good], blob)[0].shape == (3, 2)
+    for d in bad:
+        with pytest.raises(wire.FrameError):
+            wire.unpack_arrays([good, d], blob)
+    with pytest.raises(wire.FrameError):
+        wire.unpack_arrays({"not": "a list"}, blob)
