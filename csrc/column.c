@@ -129,7 +129,7 @@ static int push_cell(fr_column *c, fr_cell cell) {
 }
 
 int fr_column_append(fr_column *c, const void *row, int64_t hpos,
-                     uint64_t episode_id, int64_t step, fr_rng *rng) {
+                     uint64_t episode_id, int64_t step, uint64_t *next_key) {
     if (c->buf_cap < buffer_rows(c)) {
         unsigned char *buf = realloc(c->buf, (size_t)buffer_rows(c) * c->spec.row_bytes);
         if (!buf) return FR_ENOMEM;
@@ -138,7 +138,7 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
     }
     if (!c->open) {
         int64_t room = (int64_t)c->max_len * c->spec.row_bytes;
-        c->open = fr_chunk_new_inline(c->store, fr_rng_next(rng), episode_id,
+        c->open = fr_chunk_new_inline(c->store, (*next_key)++, episode_id,
                                       c->spec.row_bytes,
                                       room <= FR_CHUNK_INLINE_MAX ? room : 0);
         if (!c->open) return FR_ENOMEM;
@@ -183,12 +183,12 @@ static int var_reserve(fr_column *c, int64_t len) {
 
 int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
                          int64_t hpos, uint64_t episode_id, int64_t step,
-                         fr_rng *rng) {
+                         uint64_t *next_key) {
     if (len < 0) return FR_EINVAL;
     int rc = var_reserve(c, len);
     if (rc != FR_OK) return rc;
     if (!c->open) {
-        c->open = fr_chunk_new(c->store, fr_rng_next(rng), episode_id, FR_VAR_ROWS);
+        c->open = fr_chunk_new(c->store, (*next_key)++, episode_id, FR_VAR_ROWS);
         if (!c->open) return FR_ENOMEM;
         c->open_first_step = step;
         c->var_len = 0;

@@ -18,7 +18,6 @@
 #define FASTREPLAY_COLUMN_H
 
 #include "chunk.h"
-#include "rng.h"
 #include "trajectory.h"
 
 typedef struct fr_chunker_options {
@@ -114,11 +113,12 @@ void fr_column_set_compression(fr_column *c, int32_t compression);
 int fr_column_set_spec(fr_column *c, const fr_spec *spec);
 
 /* Append one row (spec already checked) as cell `hpos` of episode
- * `episode_id`, step `step`; new chunks take keys from rng.  Finalizes the
+ * `episode_id`, step `step`; a new chunk takes key *next_key, which then
+ * grows by one (see fr_writer.next_chunk_key).  Finalizes the
  * chunk when full and forgets cells that left the keep-alive window.
  * FR_OK or FR_ENOMEM. */
 int fr_column_append(fr_column *c, const void *row, int64_t hpos,
-                     uint64_t episode_id, int64_t step, fr_rng *rng);
+                     uint64_t episode_id, int64_t step, uint64_t *next_key);
 
 /* fr_column_append for variable-length columns (fr_spec_is_var): the row
  * is the `len`-byte blob.  The chunk (FR_VAR_ROWS) is compressed when the
@@ -126,7 +126,7 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
  * FR_EINVAL (negative len) or FR_ENOMEM. */
 int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
                          int64_t hpos, uint64_t episode_id, int64_t step,
-                         fr_rng *rng);
+                         uint64_t *next_key);
 
 /* Finalize the open chunk, if any.  FR_OK or FR_ENOMEM. */
 int fr_column_finalize(fr_column *c);

@@ -30,6 +30,7 @@ int fr_writer_create(fr_store *store, uint64_t seed, fr_chunker_options default_
     w->default_opt = default_opt;
     w->episode_id = fr_rng_next(&w->rng);
     w->next_key = fr_rng_next(&w->rng);
+    w->next_chunk_key = fr_rng_next(&w->rng);
     *out = w;
     return FR_OK;
 }
@@ -131,9 +132,9 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
             return rc;
         rc = fr_spec_is_var(&c->spec)
                  ? fr_column_append_var(c, rows[i], specs[i].row_bytes, w->hlen,
-                                        w->episode_id, step, &w->rng)
+                                        w->episode_id, step, &w->next_chunk_key)
                  : fr_column_append(c, rows[i], w->hlen, w->episode_id, step,
-                                    &w->rng);
+                                    &w->next_chunk_key);
         if (rc != FR_OK) return rc;
         w->last_set[cols[i]] = w->hlen;
     }

@@ -5,6 +5,7 @@
 #ifndef FASTREPLAY_WRITER_INTERNAL_H
 #define FASTREPLAY_WRITER_INTERNAL_H
 
+#include "rng.h"
 #include "writer.h"
 
 #include <stdatomic.h>
@@ -48,6 +49,11 @@ struct fr_writer {
      * it once per run instead of once per item: the writer-step loop's share
      * fell from 1.17-1.25 to 1.09-1.14 us (paired rounds, 1M-item table). */
     uint64_t next_key;
+    /* The next chunk's key: a random start, then consecutive, so that one
+     * writer's chunks go out sorted (a remote client's outbox then skips an
+     * argsort of every frame's chunk keys: 10-13% of that thread, perf,
+     * session 20) and land in the server's key maps in runs (keymap.h). */
+    uint64_t next_chunk_key;
     int64_t episode_steps;
     int64_t hlen; /* closed steps since the last clear */
     int step_open;

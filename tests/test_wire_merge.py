@@ -97,6 +97,23 @@ def test_sealed_one_row_chunks_merge_per_column_and_read_back() -> None:
     server.stop()
 
 
+def test_one_writers_chunk_keys_come_consecutive_in_an_export() -> None:
+    """A writer numbers its chunks from a random start, in the order it opens
+    them: an export of its items names them in increasing order (the outbox
+    then skips sorting them), one key per column and step."""
+    staging = fastreplay.Table.queue("q", 1000)
+    src, _ = _writer_items(staging, 50)
+    keys = staging.export_records(50)[5]
+    src.stop()
+    assert len(keys) == 100
+    np.testing.assert_array_equal(np.diff(keys.astype(np.int64)), 1)
+    staging2 = fastreplay.Table.queue("q", 1000)
+    src2, _ = _writer_items(staging2, 5)
+    other = staging2.export_records(5)[5]
+    src2.stop()
+    assert abs(int(other[0]) - int(keys[0])) > 1_000_000  # another random start
+
+
 def test_chunks_named_by_items_left_in_the_queue_stay_unsealed() -> None:
     """Items of 3 steps: exporting the first 5 leaves chunks that later
     (still staged) items name unsealed; the rest merge and read back."""
