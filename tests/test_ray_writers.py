@@ -157,3 +157,34 @@ def test_a_structured_writer_of_a_lost_shard(partial: bool) -> None:
     assert dead.closed and owner.closed == [1]
     with pytest.raises(RuntimeError, match="closed"):
         writer.append({"x": 1})
+
+
+def test_a_trajectory_writers_api_reads_through_without_getattr(local: Any) -> None:
+    """A TrajectoryWriter's ShardWriter has no ``__getattr__`` (CPython then
+    looks every attribute of the step loop up through a slower hook), yet
+    the rest of Reverb's writer API reads the wrapped writer's."""
+    client, table = local
+    inner = client.trajectory_writer(3)
+    writer = ShardWriter(inner, 0, _Client())  # type: ignore[arg-type]
+    assert not hasattr(type(writer), "__getattr__")
+    assert writer.max_num_keep_alive_refs == 3
+    writer.append({"x": np.float32(1)})
+    writer.append({"x": np.float32(2)})
+    assert writer.episode_steps == 2 and writer.history is inner.history
+    writer.configure(("x",), num_keep_alive_refs=2, max_chunk_length=1)
+    writer.create_item("t", 1.0, {"x": writer.history["x"][-2:]})
+    assert writer.num_pending_items == inner.num_pending_items
+    writer.end_episode()
+    assert writer.episode_steps == 0 and table.size == 1
+    with pytest.raises(AttributeError):
+        writer.no_such_attribute  # noqa: B018
+    writer.close()
+
+
+def test_another_writers_attributes_are_its_own() -> None:
+    dead = _DeadStructured()
+    writer = ShardWriter(dead, 1, _Client())  # type: ignore[arg-type]
+    assert isinstance(writer, ShardWriter)
+    assert writer.calls == 0 and writer.num_pending_items == 4
+    with pytest.raises(AttributeError):
+        writer.no_such_attribute  # noqa: B018
