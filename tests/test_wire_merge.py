@@ -9,9 +9,11 @@ import socket
 from typing import Any
 
 import numpy as np
+import pytest
 
 import fastreplay
 from fastreplay import _core
+from fastreplay.net import wire
 
 
 def _writer_items(staging: fastreplay.Table, steps: int, keep_alive: int = 1,
@@ -263,3 +265,77 @@ def test_two_writers_interleaved_read_back_over_a_socket() -> None:
         assert sorted(y.tolist()) == sorted([*range(1000), *range(0, -1000, -1)])
     finally:
         server.stop()
+
+
+def test_items_of_two_structures_in_one_frame_keep_theirs() -> None:
+    """The server maps each item's structure id of a frame to its own; a
+    frame mixing two structures (the path apart from a frame of one) reads
+    back each item with its own."""
+    server, table = _target()
+    client = _socket_client(server.port)
+    w = client.trajectory_writer(1)
+    for i in range(6):
+        w.append({"x": np.float32(i)})
+        ref = w.history["x"][-1]
+        w.create_item("t", 1.0, {"a": ref} if i % 2 else (ref,))
+    w.flush()
+    w.close()
+    for i in range(6):  # a queue: oldest first
+        _, data = client.sample_batch("t", 1)
+        if i % 2:
+            assert isinstance(data, dict) and float(data["a"][0]) == i
+        else:
+            assert isinstance(data, tuple) and float(data[0][0]) == i
+    server.stop()
+
+
+def _insert_frames(steps: int, mixed: bool) -> list[tuple[Any, list[bytes]]]:
+    """The insert frames a socket client sends for ``steps`` items (one
+    structure, or two alternating), copied as sent."""
+    server, _ = _target()
+    frames: list[tuple[Any, list[bytes]]] = []
+    real = wire.send_frame
+
+    def spy(sock: Any, kind: int, message: Any, blobs: Any = ()) -> None:
+        if message.get("op") == "insert":
+            frames.append((message, [bytes(b) for b in blobs]))
+        real(sock, kind, message, blobs)
+
+    wire.send_frame = spy  # type: ignore[assignment]
+    try:
+        client = _socket_client(server.port)
+        w = client.trajectory_writer(1)
+        for i in range(steps):
+            w.append({"x": np.float32(i)})
+            ref = w.history["x"][-1]
+            w.create_item("t", 1.0, {"a": ref} if mixed and i % 2 else (ref,))
+        w.flush()
+        w.close()
+    finally:
+        wire.send_frame = real  # type: ignore[assignment]
+        server.stop()
+    return frames
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_an_item_naming_a_structure_its_frame_lacks_is_refused(mixed: bool) -> None:
+    """Both paths of the server's structure mapping (a frame of one
+    structure, a frame of several) refuse an item whose structure the frame
+    does not carry: the connection's error, nothing inserted."""
+    (message, blobs), = _insert_frames(4, mixed)
+    assert "shm" not in message["args"]["data"]
+    message["args"]["structures"] = message["args"]["structures"][:1 if mixed else 0]
+    server, table = _target()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        hello = {"op": "hello", "token": None, "args": {}}
+        wire.send_frame(sock, wire.KIND_CALL, hello)
+        assert wire.recv_frame(sock)[0] == wire.KIND_REPLY
+        wire.send_frame(sock, wire.KIND_CALL, message, blobs)
+        kind, msg, _ = wire.recv_frame(sock)
+        assert kind == wire.KIND_ERROR and msg["error"] == "DataLossError", msg
+        assert "structure the frame lacks" in msg["message"]
+    finally:
+        sock.close()
+        server.stop()
+    assert table.size == 0
