@@ -392,6 +392,29 @@ def test_a_learner_of_large_batches_keeps_one_asked_ahead(big_server: Server
     assert big_server.tables["big"].info.num_samples > 6 * 24
 
 
+def test_a_learner_keeps_more_asked_ahead_of_a_larger_table() -> None:
+    """The depth of a thread that updates priorities follows the table's
+    size as the server last reported it: 8 batches of 2 from a table of 40
+    (8 * 2 * 2 <= 40), the default 2 for batches of 8 (4 * 8 * 8 > 40)."""
+    srv = make_server()
+    try:
+        insert(srv, "prio", range(N_ITEMS))
+        for n, deepest in ((2, 8), (8, 2)):
+            be = RemoteBackend("127.0.0.1", srv.port)
+            try:
+                most = 0
+                for _ in range(12):
+                    info, _, _ = be.sample_batch("prio", n, WAIT)
+                    be.update_priorities("prio", info.key[:1], [1.0])
+                    most = max(most, len(be._local.conn.ahead))
+                assert most == deepest, (n, most)
+                assert be._table_sizes["prio"] == N_ITEMS
+            finally:
+                be.close()
+    finally:
+        srv.stop()
+
+
 def test_depth_by_thread_and_batch_size() -> None:
     class Link:
         ahead_depth = 8
@@ -410,6 +433,18 @@ def test_depth_by_thread_and_batch_size() -> None:
     assert ahead.depth(Link(), False, 2, budget // 4) == 4
     assert ahead.depth(Link(), False, 2, budget) == 2
     assert ahead.depth(Link(), False, 2, 0) == 8  # size not known yet
+    # A learner's small batches go deeper on a table large enough that few
+    # of them hold a key it updated since (d * n * n <= size).
+    n = 160
+    assert ahead.depth(object(), True, 2, 100, n, 8 * n * n) == 8
+    assert ahead.depth(object(), True, 2, 100, n, 8 * n * n - 1) == 4
+    assert ahead.depth(object(), True, 2, 100, n, 4 * n * n) == 4
+    assert ahead.depth(object(), True, 2, 100, n, 4 * n * n - 1) == 2
+    assert ahead.depth(object(), True, 2, 100, n, 0) == 2  # size not known yet
+    assert ahead.depth(Link(), True, 2, 100, n, 4 * n * n) == 4  # the link's own
+    assert ahead.depth(Link(), True, 2, 100, n, 10 ** 9) == 8
+    assert ahead.depth(object(), True, 2, big, n, 10 ** 9) == 1  # large: one
+    assert ahead.depth(object(), False, 2, 100, n, 10 ** 9) == 2  # no updates
 
 
 def test_each_thread_samples_ahead_for_itself(server: Server) -> None:

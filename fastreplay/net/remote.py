@@ -97,6 +97,7 @@ class RemoteBackend(Sampling):
             self._host in _LOOPBACK or self._host.startswith("127."))
         self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
+        self._table_sizes: dict[str, int] = {}  # as the last sample reply said
         self._flusher: Flusher | None = None
         self._checkers: dict[str, Table] = {}
         # When the backend is collected without close(): stop its threads

@@ -48,6 +48,7 @@ class Sampling:
         _window: float
         _shm: bool
         _batch_bytes: dict[tuple[str, int], int]
+        _table_sizes: dict[str, int]
 
         def _conn(self, deadline: float) -> Conn: ...
         def call(self, op: str, args: dict[str, Any], blobs: Any = (),
@@ -142,7 +143,8 @@ class Sampling:
             if (now is not None and now.streak.called(table, n)
                     and ahead.eligible(self.table_info(table))):
                 depth = ahead.depth(now.sock, now.updates, AHEAD_DEPTH,
-                                    self._batch_bytes.get((table, n), 0))
+                                    self._batch_bytes.get((table, n), 0), n,
+                                    self._table_sizes.get(table, 0))
                 if len(now.ahead) <= depth // 2:
                     while len(now.ahead) < depth and self._ask_ahead(now, table, n):
                         pass
@@ -152,6 +154,8 @@ class Sampling:
         if meta is not None and "mass" in result:  # older servers send neither
             meta["mass"] = float(result["mass"])
             meta["size"] = int(result["size"])
+        if "size" in result:
+            self._table_sizes[table] = int(result["size"])
         if segment is not None and result.get("shm") == segment[1].name:
             arrays = segment_arrays(result["arrays"], *segment)
         else:
@@ -174,7 +178,8 @@ class Sampling:
                 and ahead.eligible(self.table_info(table))):
             return False
         depth = ahead.depth(conn.sock, conn.updates, AHEAD_DEPTH,
-                            self._batch_bytes.get((table, n), 0))
+                            self._batch_bytes.get((table, n), 0), n,
+                            self._table_sizes.get(table, 0))
         while len(conn.ahead) <= depth and self._ask_ahead(conn, table, n):
             pass
         return bool(conn.ahead)
