@@ -175,10 +175,12 @@ def test_no_batch_holds_keys_the_thread_zeroed_or_deleted(
 
 
 def test_a_batch_the_threads_update_touched_gives_way_to_the_next(
-        server: Server, backend: RemoteBackend) -> None:
+        server: Server, backend: RemoteBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The oldest batch asked ahead holds a key the thread then updated: the
     call takes the next batch asked ahead (no fresh round trip), which is
     still older than anything the thread has seen."""
+    monkeypatch.setattr(ahead, "SOCKET_AHEAD_DEPTH", 2)  # two batches to look at
     for _ in range(3):
         backend.sample_batch("prio", 4, WAIT)
     conn = backend._local.conn
@@ -415,6 +417,17 @@ def test_a_learner_keeps_more_asked_ahead_of_a_larger_table() -> None:
         srv.stop()
 
 
+def test_a_thread_that_never_updates_keeps_a_sockets_depth_asked_ahead(
+        server: Server, backend: RemoteBackend) -> None:
+    """A dataset worker's thread (no updates) over a Unix or TCP socket keeps
+    SOCKET_AHEAD_DEPTH batches asked ahead, refilled when half are used."""
+    most = 0
+    for _ in range(12):
+        backend.sample_batch("unif", 2, WAIT)
+        most = max(most, len(backend._local.conn.ahead))
+    assert most == ahead.SOCKET_AHEAD_DEPTH == 8
+
+
 def test_depth_by_thread_and_batch_size() -> None:
     class Link:
         ahead_depth = 8
@@ -422,7 +435,7 @@ def test_depth_by_thread_and_batch_size() -> None:
 
     big = ahead.LARGE_BATCH_BYTES
     assert ahead.depth(Link(), False, 2, big) == 8  # a dataset worker
-    assert ahead.depth(object(), False, 2, big) == 2
+    assert ahead.depth(object(), False, 2, big) == ahead.SOCKET_AHEAD_DEPTH == 8
     assert ahead.depth(Link(), True, 2, big - 1) == 4  # a learner, small batches
     assert ahead.depth(object(), True, 2, big - 1) == 2
     assert ahead.depth(Link(), True, 2, big) == 1
@@ -444,7 +457,8 @@ def test_depth_by_thread_and_batch_size() -> None:
     assert ahead.depth(Link(), True, 2, 100, n, 4 * n * n) == 4  # the link's own
     assert ahead.depth(Link(), True, 2, 100, n, 10 ** 9) == 8
     assert ahead.depth(object(), True, 2, big, n, 10 ** 9) == 1  # large: one
-    assert ahead.depth(object(), False, 2, 100, n, 10 ** 9) == 2  # no updates
+    assert ahead.depth(object(), False, 2, 100, n, 10 ** 9) == 8  # no updates
+    assert ahead.depth(object(), False, 2, budget // 4) == 4  # within AHEAD_BYTES
 
 
 def test_each_thread_samples_ahead_for_itself(server: Server) -> None:

@@ -62,6 +62,13 @@ LARGE_BATCH_BYTES = 256 << 10
 #: more than 8.  With 50k items a shard, 8 measured 132k against 2's 142k,
 #: so small tables keep the default (session 20).
 UPDATE_DEPTHS = (8, 4)
+#: Batches a thread that never updates priorities (a ``dataset`` worker:
+#: none of its batches is ever thrown away) keeps asked for ahead on a
+#: socket without an ``ahead_depth`` of its own (a Unix or TCP socket): the
+#: ray bench's dataset(prefetch=2) in the driver, 2 shards of 500k (one over
+#: a Unix socket), interleaved in one process, 6 rounds each: 2 -> 307k, 8
+#: -> 332k, 16 -> 324k rows/s (session 20).
+SOCKET_AHEAD_DEPTH = 8
 #: Bytes of batches a thread that never updates priorities keeps asked for
 #: ahead at most: its socket's deeper ``ahead_depth`` gives way to the
 #: default for batches so large that a few of them fill it.
@@ -85,7 +92,8 @@ def depth(sock: Any, updates: bool, default: int, nbytes: int = 0, n: int = 0,
           size: int = 0) -> int:
     """Batches a connection keeps asked for ahead: ``default``, or the
     socket's own ``ahead_depth`` (a Ray link's, where every message is an
-    actor call) on a connection whose thread never updated priorities (a
+    actor call; SOCKET_AHEAD_DEPTH for another socket) on a connection
+    whose thread never updated priorities (a
     ``dataset`` worker's: no batch of it is ever thrown away for an
     update) as long as that many batches of ``nbytes`` fit AHEAD_BYTES; for
     a thread that updates priorities, one when it samples batches of
@@ -101,7 +109,7 @@ def depth(sock: Any, updates: bool, default: int, nbytes: int = 0, n: int = 0,
             if d > deep and n > 0 and d * n * n <= size:
                 return d
         return deep
-    deep = int(getattr(sock, "ahead_depth", 0))
+    deep = int(getattr(sock, "ahead_depth", SOCKET_AHEAD_DEPTH))
     if nbytes > 0:
         deep = min(deep, AHEAD_BYTES // nbytes)
     return deep if deep > default else default
