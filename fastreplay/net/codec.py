@@ -20,8 +20,18 @@ from fastreplay.reverb_types import (
     TableWorkerTime,
 )
 
-__all__ = ["info_to_json", "info_from_json", "structure_to_json",
-           "structure_from_json"]
+__all__ = ["distinct_structures", "info_to_json", "info_from_json",
+           "structure_to_json", "structure_from_json"]
+
+def distinct_structures(ids: np.ndarray) -> np.ndarray:
+    """The sorted distinct structure ids of a frame's items: a frame's items
+    usually share one, then without np.unique's sort (its unique with the
+    inverse took ~45% of a server's CPU for a frame of 6 items, py-spy,
+    session 20)."""
+    if len(ids) and (ids == ids[0]).all():
+        return ids[:1]
+    return np.unique(ids)
+
 
 _COUNTERS = ("current_size", "num_episodes", "num_deleted_episodes",
              "num_unique_samples", "num_inserts", "num_samples", "num_updates",

@@ -19,6 +19,7 @@ import numpy as np
 
 from fastreplay import _core, _structures, errors
 from fastreplay.net import wire
+from fastreplay.net.codec import distinct_structures
 from fastreplay.table import Table
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class Outbox:
             order = np.argsort(keys)
             wanted, sealed = keys[order], handles.sealed[order]
         structures = [[int(s), _structures.to_json(int(s))]
-                      for s in _distinct(items["structure"])]
+                      for s in distinct_structures(items["structure"])]
 
         def build(conn: Conn) -> tuple[dict[str, Any], list[Any]]:
             new, forget = conn.held.use(wanted, transient=sealed)
@@ -220,13 +221,6 @@ class Outbox:
                     [*bufs, *tail])
 
         self._backend.call("insert", {}, build=build, defer=True)
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values (a frame's items usually share one structure)."""
-    if len(values) and (values == values[0]).all():
-        return values[:1]
-    return np.unique(values)
 
 
 class Sink:

@@ -20,7 +20,12 @@ import numpy as np
 
 from fastreplay import _core, _structures, errors
 from fastreplay.net import priorities, wire
-from fastreplay.net.codec import info_to_json, structure_from_json, structure_to_json
+from fastreplay.net.codec import (
+    distinct_structures,
+    info_to_json,
+    structure_from_json,
+    structure_to_json,
+)
 from fastreplay.replay_sample import SampleInfoBatch
 
 if TYPE_CHECKING:
@@ -286,20 +291,12 @@ class Service:
                 structure = structure_from_json(obj)
                 mapped[local] = (0 if structure is None
                                  else _structures.intern(structure))
-            local = items["structure"]
-            if len(local) and (local == local[0]).all():
-                # A frame's items usually share one structure: np.unique with
-                # its inverse took ~45% of the server's CPU for a frame of 6
-                # items (py-spy, an Acme-style writer's flush(5) a step).
-                if int(local[0]) not in mapped:
-                    raise _ProtocolError("an item names a structure the frame lacks")
-                local[:] = mapped[int(local[0])]
-            else:
-                local_ids, inverse = np.unique(local, return_inverse=True)
-                if any(int(s) not in mapped for s in local_ids):
-                    raise _ProtocolError("an item names a structure the frame lacks")
-                items["structure"] = np.asarray([mapped[int(s)] for s in local_ids],
-                                                dtype=np.int32)[inverse]
+            local_ids = distinct_structures(items["structure"])
+            if any(int(s) not in mapped for s in local_ids):
+                raise _ProtocolError("an item names a structure the frame lacks")
+            ids = np.asarray([mapped[int(s)] for s in local_ids], dtype=np.int32)
+            items["structure"] = (ids[0] if len(ids) == 1 else
+                                  ids[np.searchsorted(local_ids, items["structure"])])
             specs = args["specs"]
             if not isinstance(specs, list):
                 raise _ProtocolError("specs are not a list")
