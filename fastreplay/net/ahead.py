@@ -92,10 +92,10 @@ def depth(sock: Any, updates: bool, default: int, nbytes: int = 0, n: int = 0,
           size: int = 0) -> int:
     """Batches a connection keeps asked for ahead: ``default``, or the
     socket's own ``ahead_depth`` (a Ray link's, where every message is an
-    actor call; SOCKET_AHEAD_DEPTH for another socket) on a connection
-    whose thread never updated priorities (a
-    ``dataset`` worker's: no batch of it is ever thrown away for an
-    update) as long as that many batches of ``nbytes`` fit AHEAD_BYTES; for
+    actor call; SOCKET_AHEAD_DEPTH for another socket) on a connection whose
+    thread never updated priorities (a ``dataset`` worker's: no batch of it
+    is ever thrown away for an update) as long as that many batches of
+    ``nbytes`` fit AHEAD_BYTES; for
     a thread that updates priorities, one when it samples batches of
     ``nbytes`` >= LARGE_BATCH_BYTES, else the socket's
     ``update_ahead_depth`` when deeper than the default, or deeper still by
