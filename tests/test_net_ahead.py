@@ -449,13 +449,15 @@ def test_depth_by_thread_and_batch_size() -> None:
     # A learner's small batches go deeper on a table large enough that few
     # of them hold a key it updated since (d * n * n <= size).
     n = 160
+    assert ahead.depth(object(), True, 2, 100, n, 16 * n * n) == 16
+    assert ahead.depth(object(), True, 2, 100, n, 16 * n * n - 1) == 8
     assert ahead.depth(object(), True, 2, 100, n, 8 * n * n) == 8
     assert ahead.depth(object(), True, 2, 100, n, 8 * n * n - 1) == 4
     assert ahead.depth(object(), True, 2, 100, n, 4 * n * n) == 4
     assert ahead.depth(object(), True, 2, 100, n, 4 * n * n - 1) == 2
     assert ahead.depth(object(), True, 2, 100, n, 0) == 2  # size not known yet
     assert ahead.depth(Link(), True, 2, 100, n, 4 * n * n) == 4  # the link's own
-    assert ahead.depth(Link(), True, 2, 100, n, 10 ** 9) == 8
+    assert ahead.depth(Link(), True, 2, 100, n, 10 ** 9) == 16
     assert ahead.depth(object(), True, 2, big, n, 10 ** 9) == 1  # large: one
     assert ahead.depth(object(), False, 2, 100, n, 10 ** 9) == 8  # no updates
     assert ahead.depth(object(), False, 2, budget // 4) == 4  # within AHEAD_BYTES

@@ -52,16 +52,18 @@ PAUSE_CALLS = 64
 #: a batch) showed no difference within the noise (session 17).
 LARGE_BATCH_BYTES = 256 << 10
 #: A thread that updates priorities keeps d small batches of n items asked
-#: ahead (more than the default, up to a Ray link's own depth) when d*n*n
-#: is at most its table's size: few of them then hold a key it updated
-#: since (~1 - exp(-d*n*n/size) of them; a batch that does is thrown away).
-#: The ray bench's learner in the driver (2 shards of 500k items, one on
-#: its node, 160 asked of each: depth 8 on its Unix socket) against the
-#: default 2, interleaved in one process, two runs of 8 pairs: medians 244
-#: -> 262k and 238 -> 241k rows/s (12 of 16 pairs faster); 16 measured no
-#: more than 8.  With 50k items a shard, 8 measured 132k against 2's 142k,
-#: so small tables keep the default (session 20).
-UPDATE_DEPTHS = (8, 4)
+#: ahead (more than its socket's default) when d*n*n is at most its table's
+#: size: not too many of them then hold a key it updated since (~1 -
+#: exp(-d*n*n/size) at most; a batch that does is thrown away), and
+#: waiting for a batch costs more than throwing some away.  The ray bench's
+#: learner in the driver (2 shards of 500k items, one on its node, 160
+#: asked of each), interleaved in one process: depth 8 on its Unix socket
+#: against the default 2, two runs of 8 pairs, medians 244 -> 262k and 238
+#: -> 241k rows/s (12 of 16 pairs faster); 16 on both the socket and the
+#: Ray link against 8, two runs of 6 pairs, 250 -> 256k and 237 -> 257k (11
+#: of 12 faster).  With 50k items a shard, 8 measured 132k against 2's
+#: 142k, so small tables keep the default (session 20).
+UPDATE_DEPTHS = (16, 8, 4)
 #: Batches a thread that never updates priorities (a ``dataset`` worker:
 #: none of its batches is ever thrown away) keeps asked for ahead on a
 #: socket without an ``ahead_depth`` of its own (a Unix or TCP socket): the
