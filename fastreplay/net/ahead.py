@@ -61,8 +61,10 @@ LARGE_BATCH_BYTES = 256 << 10
 #: against the default 2, two runs of 8 pairs, medians 244 -> 262k and 238
 #: -> 241k rows/s (12 of 16 pairs faster); 16 on both the socket and the
 #: Ray link against 8, two runs of 6 pairs, 250 -> 256k and 237 -> 257k (11
-#: of 12 faster).  With 50k items a shard, 8 measured 132k against 2's
-#: 142k, so small tables keep the default (session 20).
+#: of 12 faster).  A learner over a Unix socket to a server process (500k
+#: items, n=256: depth 4 against 2), 6 interleaved pairs: 698 -> 796k.
+#: With 50k items a shard, 8 measured 132k against 2's 142k, so small
+#: tables keep the default (session 20).
 UPDATE_DEPTHS = (16, 8, 4)
 #: Batches a thread that never updates priorities (a ``dataset`` worker:
 #: none of its batches is ever thrown away) keeps asked for ahead on a
