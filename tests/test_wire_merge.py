@@ -339,3 +339,36 @@ def test_an_item_naming_a_structure_its_frame_lacks_is_refused(mixed: bool) -> N
         sock.close()
         server.stop()
     assert table.size == 0
+
+
+def test_a_backend_reparses_a_structure_only_when_it_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sample replies name their items' structure: a backend keeps the last
+    one of each table and parses a reply's form again only when it differs,
+    so batches of a new structure still come back in it."""
+    from fastreplay.net import sampling
+
+    parsed: list[Any] = []
+    real = sampling.structure_from_json
+
+    def counting(form: Any) -> Any:
+        parsed.append(form)
+        return real(form)
+
+    monkeypatch.setattr(sampling, "structure_from_json", counting)
+    server, _ = _target()
+    client = _socket_client(server.port)
+    w = client.trajectory_writer(1)
+    for i in range(6):
+        w.append({"x": np.float32(i)})
+        ref = w.history["x"][-1]
+        w.create_item("t", 1.0, {"a": ref} if i >= 3 else (ref,))
+    w.flush()
+    w.close()
+    kinds = []
+    for _ in range(6):  # a queue: oldest first
+        _, data = client.sample_batch("t", 1)
+        kinds.append(type(data))
+    assert kinds == [tuple] * 3 + [dict] * 3
+    assert len(parsed) == 2  # the tuple's form, then the dict's
+    server.stop()

@@ -98,6 +98,8 @@ class RemoteBackend(Sampling):
         self._shm = self._same_host and os.environ.get("FASTREPLAY_SHM", "1") != "0"
         self._batch_bytes: dict[tuple[str, int], int] = {}
         self._table_sizes: dict[str, int] = {}  # as the last sample reply said
+        # Per table, the last sample reply's structure form and structure.
+        self._structures_seen: dict[str, tuple[Any, Any]] = {}
         self._flusher: Flusher | None = None
         self._checkers: dict[str, Table] = {}
         # When the backend is collected without close(): stop its threads

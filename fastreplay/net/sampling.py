@@ -49,6 +49,7 @@ class Sampling:
         _shm: bool
         _batch_bytes: dict[tuple[str, int], int]
         _table_sizes: dict[str, int]
+        _structures_seen: dict[str, tuple[Any, Any]]
 
         def _conn(self, deadline: float) -> Conn: ...
         def call(self, op: str, args: dict[str, Any], blobs: Any = (),
@@ -164,7 +165,21 @@ class Sampling:
             arrays = wire.unpack_arrays(result["arrays"], blob)
         k = result["n_info"]
         return (SampleInfoBatch(*arrays[:k]), arrays[k:],
-                structure_from_json(result["structure"]))
+                self._structure(table, result["structure"]))
+
+    def _structure(self, table: str, form: Any) -> Any:
+        """The item structure of a reply's JSON ``form``: the last one of
+        ``table`` again when the form is equal (a comparison in C), else
+        parsed and interned.  Parsing took ~11% of a sharded learner's
+        sampling loop (cProfile, two replies a batch: 739-756 -> 649 us a
+        batch); the ray bench's dataset in the driver, 6 interleaved pairs:
+        323.5k -> 335.7k rows/s (session 20)."""
+        seen = self._structures_seen.get(table)
+        if seen is not None and seen[0] == form:
+            return seen[1]
+        structure = structure_from_json(form)
+        self._structures_seen[table] = (form, structure)
+        return structure
 
     def _ask_with_next(self, conn: Conn, table: str, n: int) -> bool:
         """On a pipelined connection (a Ray link, where each message is an
