@@ -266,8 +266,10 @@ class TrajectoryWriter(_core._WriterBase):
         remembered (its keys, their flatten order, the structure id) so later
         items skip flattening."""
         columns = _nest.flatten(trajectory)
-        if type(trajectory) is dict and len(trajectory) == len(columns) and all(
-            isinstance(c, TrajectoryColumn) for c in columns
+        # Flat only when the dict's own values are the columns: a value that
+        # is a nest of one column (``{"a": {"b": [col]}}``) keeps its nest.
+        if type(trajectory) is dict and all(
+            isinstance(c, TrajectoryColumn) for c in trajectory.values()
         ):
             structure = _structures.intern(dict.fromkeys(trajectory))
             try:

@@ -71,6 +71,28 @@ def test_structure_is_the_same_before_and_after_restore(tmp_path, kind) -> None:
         assert type(after) is Step  # the imported class, not a copy
     if kind == "dict":
         assert sorted(after) == ["o", "r"] and after["o"].shape == (2, 1, 3)
+    if kind == "nested":  # each value a nest of one column keeps its nest
+        assert _nest_of(before) == {"a": {"b": [(2, 1, 3)]}, "c": ((2,),)}
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_dict_whose_value_nests_one_column_keeps_that_nest(remote: bool) -> None:
+    """``{"b": {"y": col}, "a": col}`` has as many columns as keys, yet is
+    not a flat dict: its item comes back nested (a regression: it came back
+    as ``{"a": ..., "b": ...}``), in process and over a socket."""
+    import socket
+
+    server = reverb.Server(_tables(), port=0)
+    port = server.port
+    client = (reverb.Client(f"127.0.0.1:{port}", connector=lambda t:
+                            socket.create_connection(("127.0.0.1", port), t))
+              if remote else server.localhost_client())
+    _write(client, lambda w, h: w.create_item(
+        "t", 1.0, {"b": {"y": h["r"][-1]}, "a": h["obs"][-1]}))
+    _, data = client.sample_batch("t", 3)
+    assert _nest_of(data) == {"a": (3, 3), "b": {"y": (3,)}}
+    np.testing.assert_array_equal(data["b"]["y"], data["a"][:, 0])  # r == obs
+    server.stop()
 
 
 def test_another_writer_does_not_change_how_items_unpack(tmp_path) -> None:
