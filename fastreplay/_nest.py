@@ -130,3 +130,11 @@ def map_structure_with_path(
         nest,
         [(k, map_structure_with_path(fn, v, prefix + (k,))) for k, v in items(nest)],
     )
+
+
+def columns_as(structure: Any, columns: list[Any]) -> Any:
+    """Sampled ``columns`` in their items' nest ``structure`` (every item
+    carries its structure id), else the flat columns."""
+    if structure is not None and len(flatten(structure)) == len(columns):
+        return unflatten_as(structure, columns)
+    return columns

@@ -277,21 +277,26 @@ class Client:
         """
         info, columns, structure = self._backend.sample_batch(table, batch_size,
                                                               timeout)
-        return info, _nested(columns, structure)
+        return info, _nest.columns_as(structure, columns)
 
     def sample_batch_begin(self, table: str, batch_size: int, *,
-                           timeout: float | None = None
-                           ) -> Callable[[], tuple[SampleInfoBatch, Any]]:
+                           timeout: float | None = None, flat: bool = False
+                           ) -> Callable[[], tuple[Any, ...]]:
         """``sample_batch`` in two halves (fastreplay addition): the request
         goes out now and the returned function waits for the batch, so that
         batches begun on several servers overlap their round trips (a
         ``fastreplay.ray`` client's draw over its shards).  In process the
-        batch is sampled now.  Errors are raised by either half."""
+        batch is sampled now.  Errors are raised by either half.  With
+        ``flat=True`` the function gives ``(info, columns, structure)``: the
+        flat columns and their items' nest, for a caller that joins batches
+        before nesting them once (``fastreplay._nest.columns_as``)."""
         finish = self._backend.sample_batch_begin(table, batch_size, timeout)
+        if flat:
+            return finish
 
         def result() -> tuple[SampleInfoBatch, Any]:
             info, columns, structure = finish()
-            return info, _nested(columns, structure)
+            return info, _nest.columns_as(structure, columns)
 
         return result
 
@@ -401,10 +406,3 @@ def _split_timesteps(sample: ReplaySample) -> list[ReplaySample]:
     (length,) = lengths
     return [ReplaySample(sample.info, [c[t] for c in data]) for t in range(length)]
 
-
-def _nested(columns: list[Any], structure: Any) -> Any:
-    """The items' own nest (every item carries its structure id), else the
-    flat columns."""
-    if structure is not None and len(_nest.flatten(structure)) == len(columns):
-        return _nest.unflatten_as(structure, columns)
-    return columns

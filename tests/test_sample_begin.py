@@ -121,3 +121,30 @@ def test_begun_on_a_queue_loses_no_item_when_begins_interleave() -> None:
         assert server.tables["q"].size == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_flat_gives_the_columns_and_their_nest(remote: bool) -> None:
+    """``flat=True`` gives ``(info, columns, structure)``: the flat columns
+    and the items' nest, which ``_nest.columns_as`` turns into what the
+    nested form gives."""
+    from fastreplay import _nest
+
+    server = _server()
+    try:
+        client = _remote(server) if remote else fastreplay.Client(
+            f"localhost:{server.port}")
+        with client.trajectory_writer(1) as w:
+            for v in range(4):
+                w.append({"x": np.int64(v), "y": np.float32(v / 2)})
+                h = w.history
+                w.create_item("t", 1.0, {"b": {"y": h["y"][-1]}, "a": h["x"][-1]})
+        info, columns, structure = client.sample_batch_begin("t", 8, flat=True)()
+        assert isinstance(columns, list) and len(columns) == 2
+        data = _nest.columns_as(structure, columns)
+        assert set(data) == {"a", "b"} and set(data["b"]) == {"y"}
+        np.testing.assert_array_equal(data["a"].astype(np.float32) / 2, data["b"]["y"])
+        info2, nested = client.sample_batch_begin("t", 8)()
+        assert set(nested) == {"a", "b"} and len(info2) == len(info) == 8
+    finally:
+        server.stop()

@@ -64,11 +64,12 @@ class Draw:
             raise errors.DeadlineExceededError(
                 "Rate Limiter: Timeout exceeded before the right to sample was "
                 f"acquired. (table '{table}', shard {s})")
-        info, data = r
+        info, columns, structure = r
         one = np.zeros(len(sh))
         one[s] = 1.0
         size = int(info.table_size[0]) if len(info) else 0
-        return _sampling.merge_info([(s, info)], one, size, ()), data
+        return (_sampling.merge_info([(s, info)], one, size, ()),
+                _nest.columns_as(structure, columns))
 
     def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool,
              timeout: float | None) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
@@ -121,8 +122,8 @@ class Draw:
         if not use_cache:
             if meta["overfetch"]:
                 masses = np.zeros(n_sh)
-                for s, (info, _) in replies.items():
-                    masses[s] = _sampling.mass_of(info, meta["exponent"])
+                for s, r in replies.items():
+                    masses[s] = _sampling.mass_of(r[0], meta["exponent"])
                 counts = self._counts(batch, masses)
                 self.stats["overfetched"] += int(
                     sum(len(r[0]) for r in replies.values()) - counts.sum())
@@ -135,7 +136,7 @@ class Draw:
         info = _sampling.merge_info(parts, masses, int(sizes.sum()), unavailable)
         flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
         self.stats["samples"] += len(info)
-        return info, _nest.unflatten_as(structure, flat)
+        return info, _nest.columns_as(structure, flat)
 
     def _assemble(self, table: str, counts: np.ndarray, replies: dict[int, Any]
                   ) -> tuple[list[Any], list[list[np.ndarray]], Any]:
@@ -155,18 +156,17 @@ class Draw:
             if counts[s] == 0:
                 continue
             if s in replies:
-                info, data = replies[s]
+                info, columns, structure = replies[s]
                 k = min(int(counts[s]), len(info))
                 parts.append((s, _sampling.trim_info(info, k)))
-                leaves.append([np.asarray(x)[:k] for x in _nest.flatten(data)])
-                structure = data
+                leaves.append([np.asarray(x)[:k] for x in columns])
             if s in extra:
                 r = extra[s]
                 if r is None or isinstance(r, BaseException) or not len(r[0]):
                     continue
                 parts.append((s, r[0]))
-                leaves.append([np.asarray(x) for x in _nest.flatten(r[1])])
-                structure = r[1]
+                leaves.append([np.asarray(x) for x in r[1]])
+                structure = r[2]
         return parts, leaves, structure
 
     def _state_masses(self, table: str, live: list[int], sizes: np.ndarray

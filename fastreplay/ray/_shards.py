@@ -147,8 +147,9 @@ class Shards:
         return [s for s, c in enumerate(self._conns) if c is not None]
 
     def fetch(self, s: int, table: str, n: int, timeout: float | None) -> Any:
-        """``(info, data)`` of ``n`` items of shard ``s``; None when it
-        cannot sample now; the exception when it is gone."""
+        """``(info, columns, structure)`` of ``n`` items of shard ``s`` (the
+        flat columns and their items' nest); None when it cannot sample now;
+        the exception when it is gone."""
         return self.fetched(s, self.begin(s, table, n, timeout))
 
     def begin(self, s: int, table: str, n: int, timeout: float | None) -> Any:
@@ -157,7 +158,8 @@ class Shards:
         it.  Begun on every shard first, a draw waits for the slowest shard
         instead of for each in turn."""
         try:
-            return self.conn(s).sample_batch_begin(table, n, timeout=timeout)
+            return self.conn(s).sample_batch_begin(table, n, timeout=timeout,
+                                                   flat=True)
         except errors.DeadlineExceededError:
             return None
         except FAILURES as exc:
