@@ -267,19 +267,25 @@ def test_two_writers_interleaved_read_back_over_a_socket() -> None:
         server.stop()
 
 
+def _write_dict_or_tuple_items(client: fastreplay.Client, as_dict: Any) -> None:
+    """Six items of x = i to table "t": ``{"a": x}`` where ``as_dict(i)``,
+    else ``(x,)``."""
+    w = client.trajectory_writer(1)
+    for i in range(6):
+        w.append({"x": np.float32(i)})
+        ref = w.history["x"][-1]
+        w.create_item("t", 1.0, {"a": ref} if as_dict(i) else (ref,))
+    w.flush()
+    w.close()
+
+
 def test_items_of_two_structures_in_one_frame_keep_theirs() -> None:
     """The server maps each item's structure id of a frame to its own; a
     frame mixing two structures (the path apart from a frame of one) reads
     back each item with its own."""
     server, table = _target()
     client = _socket_client(server.port)
-    w = client.trajectory_writer(1)
-    for i in range(6):
-        w.append({"x": np.float32(i)})
-        ref = w.history["x"][-1]
-        w.create_item("t", 1.0, {"a": ref} if i % 2 else (ref,))
-    w.flush()
-    w.close()
+    _write_dict_or_tuple_items(client, lambda i: i % 2 == 1)
     for i in range(6):  # a queue: oldest first
         _, data = client.sample_batch("t", 1)
         if i % 2:
@@ -358,13 +364,7 @@ def test_a_backend_reparses_a_structure_only_when_it_changes(
     monkeypatch.setattr(sampling, "structure_from_json", counting)
     server, _ = _target()
     client = _socket_client(server.port)
-    w = client.trajectory_writer(1)
-    for i in range(6):
-        w.append({"x": np.float32(i)})
-        ref = w.history["x"][-1]
-        w.create_item("t", 1.0, {"a": ref} if i >= 3 else (ref,))
-    w.flush()
-    w.close()
+    _write_dict_or_tuple_items(client, lambda i: i >= 3)
     kinds = []
     for _ in range(6):  # a queue: oldest first
         _, data = client.sample_batch("t", 1)
