@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -28,6 +28,14 @@ class Sampler(Protocol):
 
     def sample_batch(self, table: str, batch_size: int, *,
                      timeout: float | None = None) -> tuple[Any, Any]: ...
+
+
+class ManySampler(Sampler, Protocol):
+    """A sampler that also draws several batches in one call
+    (``fastreplay.ray.Client.sample_batches``)."""
+
+    def sample_batches(self, table: str, batch_size: int, num_batches: int, *,
+                       timeout: float | None = None) -> list[tuple[Any, Any]]: ...
 
 __all__ = ["SampleDataset"]
 
@@ -47,9 +55,10 @@ class _Workers:
     garbage-collected while its workers run."""
 
     def __init__(self, client: Sampler, table: str, batch_size: int,
-                 prefetch: int, timeout: float | None) -> None:
+                 prefetch: int, timeout: float | None, per_call: int = 1) -> None:
         self.client, self.table = client, table
         self.batch_size, self.timeout = batch_size, timeout
+        self.per_call = per_call  # batches a worker asks for at once
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -70,12 +79,16 @@ class _Workers:
                 if t is not me:
                     t.join(timeout=_JOIN_TIMEOUT)
 
-    def batch(self) -> Any:
+    def batch(self, ready: list[Any], carry: list[Any]) -> Any:
         """One full batch, sampled in slices of at most ``_POLL`` s so that a
-        stop is noticed; parts of a throttled batch are concatenated."""
+        stop is noticed; parts of a throttled batch are concatenated.  With
+        ``per_call > 1`` a call may give more full batches: they go to
+        ``ready`` (this worker's, handed out before it samples again), and
+        a short one after them to ``carry`` (the start of the next batch)."""
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        parts: list[Any] = []
-        need = self.batch_size
+        parts: list[Any] = carry[:]
+        carry.clear()
+        need = self.batch_size - sum(len(p[0]) for p in parts)
         while need > 0:
             if self.stop.is_set():
                 raise errors.TableClosedError("dataset closed")
@@ -86,24 +99,32 @@ class _Workers:
                     f"no full batch of {self.batch_size} within {self.timeout} s"
                 )
             try:
+                if self.per_call > 1 and need == self.batch_size:
+                    many = cast("ManySampler", self.client)
+                    got = many.sample_batches(self.table, need, self.per_call,
+                                              timeout=wait)
+                    full = [b for b in got if len(b[0]) == need]
+                    if full:
+                        ready.extend(full[1:])
+                        carry.extend(b for b in got if len(b[0]) != need)
+                        return full[0]
+                    parts.extend(got)
+                    need -= sum(len(b[0]) for b in got)
+                    continue
                 info, data = self.client.sample_batch(self.table, need, timeout=wait)
             except errors.DeadlineExceededError:
                 continue
             parts.append((info, data))
             need -= len(info)
-        if len(parts) == 1:
-            return parts[0]
-        infos = zip(*[p[0] for p in parts], strict=True)
-        info = SampleInfoBatch(*[np.concatenate(f) for f in infos])
-        datas = zip(*[_nest.flatten(p[1]) for p in parts], strict=True)
-        flat = [np.concatenate(cols) for cols in datas]
-        return info, _nest.unflatten_as(parts[0][1], flat)
+        return join(parts)
 
     def work(self) -> None:
         item: Any
+        ready: list[Any] = []
+        carry: list[Any] = []
         while not self.stop.is_set():
             try:
-                item = self.batch()
+                item = ready.pop(0) if ready else self.batch(ready, carry)
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = exc
             while not self.stop.is_set():
@@ -114,6 +135,20 @@ class _Workers:
                     continue
             if isinstance(item, BaseException):
                 return
+
+
+def join(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """One batch of the ``(info, data)`` parts, in order (an info's tuple
+    field, the shards a sharded draw skipped, is the union of the parts')."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0][0]
+    fields = [tuple(sorted(set().union(*f))) if isinstance(f[0], tuple)
+              else np.concatenate(f)
+              for f in zip(*[p[0] for p in parts], strict=True)]
+    datas = zip(*[_nest.flatten(p[1]) for p in parts], strict=True)
+    flat = [np.concatenate(cols) for cols in datas]
+    return type(first)(*fields), _nest.unflatten_as(parts[0][1], flat)
 
 
 class SampleDataset:
@@ -136,7 +171,8 @@ class SampleDataset:
     """
 
     def __init__(self, client: Sampler, table: str, batch_size: int,
-                 prefetch: int, num_workers: int, timeout: float | None) -> None:
+                 prefetch: int, num_workers: int, timeout: float | None,
+                 per_call: int = 1) -> None:
         for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
                             ("num_workers", num_workers)):
             if value < 1:
@@ -147,7 +183,8 @@ class SampleDataset:
             raise ValueError(f"num_workers ({num_workers}) must be at most "
                              f"{_MAX_WORKERS} (one thread each)")
         self._table = table
-        self._workers = _Workers(client, table, batch_size, prefetch, timeout)
+        self._workers = _Workers(client, table, batch_size, prefetch, timeout,
+                                 per_call)
         self._num_workers = num_workers
         self._lock = threading.Lock()
         self._done = 0  # workers that ended (timeout or stop), under _lock

@@ -463,6 +463,22 @@ def test_depth_by_thread_and_batch_size() -> None:
     assert ahead.depth(object(), False, 2, budget // 4) == 4  # within AHEAD_BYTES
 
 
+def test_a_dataset_workers_items_asked_ahead_are_bounded() -> None:
+    """Requests of several batches (fastreplay.ray's dataset) keep no more
+    items asked ahead than single batches did: AHEAD_ITEMS, at least the
+    default depth."""
+    class Link:
+        ahead_depth = 16
+
+    most = ahead.AHEAD_ITEMS
+    assert ahead.depth(Link(), False, 2, 100, 160) == 16  # one batch of 256 a request
+    assert ahead.depth(Link(), False, 2, 100, most // 4) == 4
+    assert ahead.depth(object(), False, 2, 100, most // 4) == 4
+    assert ahead.depth(Link(), False, 2, 100, most // 3 + 1) == 2
+    assert ahead.depth(Link(), False, 2, 100, most * 4) == 2  # the default
+    assert ahead.depth(Link(), True, 2, 100, most * 4, 10 ** 12) == 16  # learners: no
+
+
 def test_each_thread_samples_ahead_for_itself(server: Server) -> None:
     """Two threads of one backend, each zeroing keys of its own batches:
     neither thread sees a key it zeroed (the other thread's updates are

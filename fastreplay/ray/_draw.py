@@ -71,41 +71,22 @@ class Draw:
         return (_sampling.merge_info([(s, info)], one, size, ()),
                 _nest.columns_as(structure, columns))
 
-    def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool,
-             timeout: float | None) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
-        """One attempt at a batch; None when no shard can sample now.  A
-        shard that gives fewer items than drawn (its rate limiter, within
-        ``timeout``) makes the batch shorter: items once sampled are never
-        dropped, since their samples count on the shard."""
+    def _live(self, require_all: bool) -> list[int]:
         sh = self._shards
-        n_sh = len(sh)
         live = sh.live()
-        if require_all and len(live) < n_sh:
+        if require_all and len(live) < len(sh):
             sh.revive()
             live = sh.live()
-            if len(live) < n_sh:
-                raise self._unavailable(sorted(set(range(n_sh)) - set(live)))
-        cached = self._masses.get(table)
-        use_cache = (self._max_age > 0 and cached is not None
-                     and time.monotonic() - cached[0] <= self._max_age)
-        masses = np.zeros(n_sh)
-        sizes = cached[2].copy() if cached is not None else np.zeros(n_sh, np.int64)
-        if use_cache:
-            assert cached is not None
-            masses[live] = cached[1][live]
-            want = self._counts(batch, masses)
-        elif meta["overfetch"]:
-            prior = cached[1][live] if cached is not None else np.ones(len(live))
-            if not prior.sum() > 0:
-                prior = np.ones(len(live))
-            want = np.zeros(n_sh, np.int64)
-            want[live] = _sampling.overfetch(batch, prior / prior.sum())
-        else:
-            masses = self._state_masses(table, live, sizes)
-            want = self._counts(batch, masses)
-        # Over-fetching asks without waiting (a shard that cannot sample now
-        # has no mass in this draw); exact counts wait as a sample would.
-        wait = 0.0 if meta["overfetch"] and not use_cache else timeout
+            if len(live) < len(sh):
+                raise self._unavailable(sorted(set(range(len(sh))) - set(live)))
+        return live
+
+    def _ask(self, table: str, want: np.ndarray, live: list[int], wait: float | None,
+             sizes: np.ndarray) -> tuple[dict[int, Any], list[int]]:
+        """``want[s]`` items of each live shard, asked of all before any
+        reply is read: the replies, and the shards that did not answer
+        (``sizes`` gets the table size each reply reports)."""
+        sh = self._shards
         replies: dict[int, Any] = {}
         unavailable = sorted(sh.dead)
         begun = {s: sh.begin(s, table, int(want[s]), wait) for s in live if want[s] > 0}
@@ -116,14 +97,62 @@ class Draw:
             elif r is not None:
                 replies[s] = r
                 sizes[s] = int(r[0].table_size[0]) if len(r[0]) else 0
+        return replies, unavailable
+
+    def _reply_masses(self, replies: dict[int, Any], exponent: float | None
+                      ) -> np.ndarray:
+        masses = np.zeros(len(self._shards))
+        for s, r in replies.items():
+            masses[s] = _sampling.mass_of(r[0], exponent)
+        return masses
+
+    def _overfetch(self, table: str, n: int, live: list[int]) -> np.ndarray:
+        """What to ask each live shard for, ``n`` items in all, from the
+        masses of the table's last draw (even shares before the first)."""
+        cached = self._masses.get(table)
+        prior = cached[1][live] if cached is not None else np.ones(len(live))
+        if not prior.sum() > 0:
+            prior = np.ones(len(live))
+        want = np.zeros(len(self._shards), np.int64)
+        want[live] = _sampling.overfetch(n, prior / prior.sum())
+        return want
+
+    def _sizes(self, table: str) -> np.ndarray:
+        cached = self._masses.get(table)
+        return cached[2].copy() if cached is not None else np.zeros(len(self._shards),
+                                                                    np.int64)
+
+    def draw(self, table: str, batch: int, meta: dict[str, Any], require_all: bool,
+             timeout: float | None) -> tuple[_sampling.ShardedSampleInfo, Any] | None:
+        """One attempt at a batch; None when no shard can sample now.  A
+        shard that gives fewer items than drawn (its rate limiter, within
+        ``timeout``) makes the batch shorter: items once sampled are never
+        dropped, since their samples count on the shard."""
+        live = self._live(require_all)
+        cached = self._masses.get(table)
+        use_cache = (self._max_age > 0 and cached is not None
+                     and time.monotonic() - cached[0] <= self._max_age)
+        masses = np.zeros(len(self._shards))
+        sizes = self._sizes(table)
+        if use_cache:
+            assert cached is not None
+            masses[live] = cached[1][live]
+            want = self._counts(batch, masses)
+        elif meta["overfetch"]:
+            want = self._overfetch(table, batch, live)
+        else:
+            masses = self._state_masses(table, live, sizes)
+            want = self._counts(batch, masses)
+        # Over-fetching asks without waiting (a shard that cannot sample now
+        # has no mass in this draw); exact counts wait as a sample would.
+        wait = 0.0 if meta["overfetch"] and not use_cache else timeout
+        replies, unavailable = self._ask(table, want, live, wait, sizes)
         if require_all and unavailable:
             raise self._unavailable(unavailable)
         counts = want
         if not use_cache:
             if meta["overfetch"]:
-                masses = np.zeros(n_sh)
-                for s, r in replies.items():
-                    masses[s] = _sampling.mass_of(r[0], meta["exponent"])
+                masses = self._reply_masses(replies, meta["exponent"])
                 counts = self._counts(batch, masses)
                 self.stats["overfetched"] += int(
                     sum(len(r[0]) for r in replies.values()) - counts.sum())
@@ -137,6 +166,92 @@ class Draw:
         flat = [np.concatenate([lv[i] for lv in leaves]) for i in range(len(leaves[0]))]
         self.stats["samples"] += len(info)
         return info, _nest.columns_as(structure, flat)
+
+    def draw_many(self, table: str, batch: int, k: int, meta: dict[str, Any],
+                  require_all: bool) -> list[tuple[_sampling.ShardedSampleInfo, Any]]:
+        """Up to ``k`` batches from one over-fetching request per shard
+        (``dataset``): each batch's shard counts are drawn apart from the
+        masses the replies carry, and batch *j* takes the next ``counts[j,
+        s]`` of shard *s*'s i.i.d. items, so each batch is exactly what
+        ``draw`` would give for those masses.  Only for tables where extra
+        samples cost nothing (``meta["overfetch"]``, no mass cache): the
+        items left over are dropped, as ``draw`` drops its over-fetched
+        ones.  Empty when no shard can sample now; the last batch is short
+        when a shard ran out."""
+        sh = self._shards
+        live = self._live(require_all)
+        sizes = self._sizes(table)
+        want = self._overfetch(table, k * batch, live)
+        replies, unavailable = self._ask(table, want, live, 0.0, sizes)
+        if require_all and unavailable:
+            raise self._unavailable(unavailable)
+        masses = self._reply_masses(replies, meta["exponent"])
+        self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
+        total = float(masses.sum())
+        if not total > 0 or not replies:
+            return []
+        with self._lock:
+            counts = self._rng.multinomial(batch, masses / total, size=k)
+        counts = counts.astype(np.int64)
+        shards = sorted(replies)
+        got = np.array([len(replies[s][0]) for s in shards], np.int64)
+        need = counts[:, shards].sum(axis=0)
+        extra = {s: sh.fetch(s, table, int(n - g), 0)
+                 for s, n, g in zip(shards, need, got, strict=True) if n > g}
+        if extra:
+            self.stats["second_rounds"] += 1
+        parts: list[list[Any]] = []  # per shard: info fields and columns
+        for s in shards:
+            info, columns, _ = replies[s]
+            fields = [info.key, info.probability, info.priority, info.times_sampled,
+                      *columns]
+            e = extra.get(s)
+            if e is not None and not isinstance(e, BaseException) and len(e[0]):
+                ei, ec, _ = e
+                fields = [np.concatenate([a, b]) for a, b in zip(
+                    fields, [ei.key, ei.probability, ei.priority, ei.times_sampled,
+                             *ec], strict=True)]
+            parts.append(fields)
+        have = np.array([len(p[0]) for p in parts], np.int64)
+        taken = np.cumsum(counts[:, shards], axis=0)
+        full = int(np.all(taken <= have, axis=1).sum())  # leading batches that fit
+        if full == 0:  # a shard ran out: one short batch of what there is
+            counts = counts[:1].copy()
+            counts[0, shards] = np.minimum(counts[0, shards], have)
+        else:
+            counts = counts[:full]
+        per = counts[:, shards]
+        used = int(per.sum())
+        self.stats["overfetched"] += int(have.sum()) - used
+        self.stats["samples"] += used
+        # One gather per field for all the batches: batch j is shard by
+        # shard the next per[j, s] items of each reply.
+        base = np.concatenate([[0], np.cumsum(have)[:-1]])
+        starts = (base + np.cumsum(per, axis=0) - per).ravel()
+        lengths = per.ravel()
+        ends = np.cumsum(lengths)
+        index = np.repeat(starts - ends + lengths, lengths) + np.arange(used)
+        fields = [np.concatenate([p[i] for p in parts])[index]
+                  for i in range(len(parts[0]))]
+        share = np.repeat(masses[shards] / total, have)[index]
+        shard_ids = np.repeat(np.asarray(shards, np.int32), have)[index]
+        probability = np.asarray(fields[1], np.float64) * share
+        times = np.asarray(fields[3], np.int64)
+        size = np.full(used, int(sizes.sum()), np.int64)
+        structure = replies[shards[-1]][2]
+        out = []
+        bounds = np.concatenate([[0], np.cumsum(per.sum(axis=1))])
+        unavailable_t = tuple(sorted(unavailable))
+        for j in range(len(per)):
+            a, b = int(bounds[j]), int(bounds[j + 1])
+            if a == b:
+                continue
+            info_j = _sampling.ShardedSampleInfo(
+                fields[0][a:b], probability[a:b], size[a:b], fields[2][a:b],
+                times[a:b], shard_ids[a:b], unavailable_t)
+            out.append((info_j, _nest.columns_as(structure,
+                                                 [c[a:b] for c in fields[4:]])))
+        return out
 
     def _assemble(self, table: str, counts: np.ndarray, replies: dict[int, Any]
                   ) -> tuple[list[Any], list[list[np.ndarray]], Any]:

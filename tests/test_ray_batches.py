@@ -1,0 +1,111 @@
+"""``fastreplay.ray.Client.sample_batches`` and the dataset that uses it,
+on the session's two-node Ray cluster: several batches from one request per
+shard, each globally exact; one batch where an extra sample would count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fastreplay as reverb
+
+pytest.importorskip("ray")
+frray = pytest.importorskip("fastreplay.ray")
+
+ALPHA = 0.6
+P = {i: 1.0 for i in range(40)} | {i: 50.0 for i in range(100, 110)}
+MASS = sum(v**ALPHA for v in P.values())
+
+
+def _table(name: str, **kwargs: Any) -> reverb.Table:
+    return reverb.Table(name, reverb.selectors.Prioritized(ALPHA),
+                        reverb.selectors.Fifo(), 10_000,
+                        reverb.rate_limiters.MinSize(1), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def client(ray_session: Any) -> Any:
+    """Two shards of very different masses: 40 items of priority 1 on shard
+    0, 10 of priority 50 on shard 1 (in both tables)."""
+    server = frray.ShardedServer([_table("replay"),
+                                  _table("limited", max_times_sampled=1_000_000)],
+                                 num_shards=2, placement="spread")
+    server.wait_ready(timeout=120)
+    cl = server.client(seed=11)
+    for shard, ids in ((0, range(40)), (1, range(100, 110))):
+        with cl.trajectory_writer(1, shard=shard) as w:
+            for i in ids:
+                w.append({"id": np.int64(i)})
+                for table in ("replay", "limited"):
+                    w.create_item(table, P[i], w.history["id"][-1:])
+    yield cl
+    server.close()
+
+
+def _check(info: Any, data: Any, n: int) -> np.ndarray:
+    ids = np.asarray(data).reshape(-1)
+    assert len(info) == n and len(ids) == n
+    np.testing.assert_array_equal(frray.shard_of(info.key), info.shard)
+    np.testing.assert_array_equal(info.shard, (ids >= 100).astype(np.int32))
+    np.testing.assert_allclose(info.probability,
+                               [P[int(i)] ** ALPHA / MASS for i in ids], rtol=1e-9)
+    assert set(info.table_size.tolist()) == {50}
+    return ids
+
+
+def test_sample_batches_are_each_globally_exact(client: Any) -> None:
+    seen: dict[int, int] = {}
+    before = client.stats()["samples"]
+    for _ in range(30):
+        batches = client.sample_batches("replay", 128, 8, timeout=10)
+        assert 1 <= len(batches) <= 8
+        for info, data in batches:
+            for i in _check(info, data, 128):
+                seen[int(i)] = seen.get(int(i), 0) + 1
+    draws = sum(seen.values())
+    assert draws >= 30 * 128 * 6  # whole calls, bar the odd short shard
+    assert client.stats()["samples"] - before == draws
+    freq = np.array([seen.get(i, 0) / draws for i in P])
+    want = np.array([v**ALPHA / MASS for v in P.values()])
+    assert np.abs(freq - want).sum() / 2 < 0.03  # total variation distance
+    shard1 = sum(seen.get(i, 0) for i in range(100, 110)) / draws
+    assert shard1 == pytest.approx(10 * 50**ALPHA / MASS, abs=0.01)
+
+
+def test_one_batch_where_an_extra_sample_counts(client: Any) -> None:
+    batches = client.sample_batches("limited", 64, 8, timeout=10)
+    assert len(batches) == 1
+    _check(*batches[0], 64)
+
+
+def test_bad_arguments_name_the_argument(client: Any) -> None:
+    with pytest.raises(ValueError, match="num_batches"):
+        client.sample_batches("replay", 8, 0)
+    with pytest.raises(ValueError, match="batch_size"):
+        client.sample_batches("replay", 0, 2)
+    with pytest.raises(ValueError, match="Could not find table"):
+        client.sample_batches("nope", 8, 2)
+
+
+def test_the_dataset_draws_several_batches_a_request(client: Any) -> None:
+    calls: list[int] = []
+    many = client.sample_batches
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        got = many(*args, **kwargs)
+        calls.append(len(got))
+        return got
+
+    client.sample_batches = counted  # the instance's, seen by the dataset
+    try:
+        with client.dataset("replay", 128, prefetch=2) as ds:
+            for _, (info, data) in zip(range(24), ds, strict=False):
+                _check(info, data, 128)
+    finally:
+        del client.sample_batches
+    k = frray._client.DATASET_BATCHES_PER_CALL
+    assert k > 1 and calls and max(calls) == k
+    # 24 batches taken, and what the worker made ahead (queue and its own).
+    assert len(calls) <= 24 // k + 3
