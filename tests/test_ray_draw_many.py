@@ -148,3 +148,19 @@ def test_dead_shards_are_reported_and_require_all_raises() -> None:
     assert [info.unavailable_shards for info, _ in batches] == [(0,), (0,)]
     with pytest.raises(errors.ShardUnavailableError, match=r"\[0\]"):
         draw.draw_many("t", 8, 2, META, True)
+
+
+def test_a_uniform_table_draws_by_size() -> None:
+    """Uniform shards of 30 and 10 items: every item 1/40 globally, shard 0
+    three times as often."""
+    shards = FakeShards([[1.0] * 30, [1.0] * 10])
+    uniform = {**META, "exponent": None, "kind": "uniform"}
+    draw = Draw(shards, 0.0, seed=8)  # type: ignore[arg-type]
+    zero = total = 0
+    for _ in range(40):
+        for info, _ in draw.draw_many("t", 100, 4, uniform, False):
+            np.testing.assert_allclose(info.probability, 1 / 40)
+            assert set(info.table_size.tolist()) == {40}
+            zero += int((info.shard == 0).sum())
+            total += len(info)
+    assert zero / total == pytest.approx(0.75, abs=0.01)

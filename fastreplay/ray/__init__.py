@@ -9,6 +9,8 @@ in tasks and actors) keeps Reverb's client API across the shards:
 - ``sample_batch`` is globally exact: item *i* of shard *s* is drawn with
   probability ``p_i**alpha / sum over all shards``, and ``info`` reports the
   global probability and size, so importance weights are exact;
+  ``sample_batches`` (a fastreplay addition, what ``dataset`` workers use)
+  draws several such batches from one request per shard;
 - item keys carry their shard in their top 8 bits (``shard_of``), so
   ``update_priorities`` goes straight to the shard, asynchronously and in
   order per shard;
