@@ -274,3 +274,16 @@ class ReferenceTable:
         order = sorted(self.items, key=lambda k: self.items[k].seq)
         return [(k, self.items[k].priority, self.items[k].times_sampled)
                 for k in order]
+
+
+def per_distance(seen: dict[int, int], priorities: dict[int, float],
+                 alpha: float) -> tuple[float, dict[int, float]]:
+    """How far sampled counts ``seen`` (id -> times drawn) are from
+    prioritized replay's ``p**alpha / sum(p**alpha)`` over ``priorities``
+    (id -> priority): the total variation distance, and each id's
+    expected share."""
+    mass = sum(v**alpha for v in priorities.values())
+    want = {i: v**alpha / mass for i, v in priorities.items()}
+    draws = sum(seen.values())
+    tv = sum(abs(seen.get(i, 0) / draws - w) for i, w in want.items()) / 2
+    return tv, want
