@@ -4,6 +4,7 @@ shard, each globally exact; one batch where an extra sample would count."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ def client(ray_session: Any) -> Any:
     """Two shards of very different masses: 40 items of priority 1 on shard
     0, 10 of priority 50 on shard 1 (in both tables)."""
     server = frray.ShardedServer([_table("replay"),
-                                  _table("limited", max_times_sampled=1_000_000)],
+                                  _table("limited", max_times_sampled=1_000_000),
+                                  _table("empty")],
                                  num_shards=2, placement="spread")
     server.wait_ready(timeout=120)
     cl = server.client(seed=11)
@@ -109,3 +111,20 @@ def test_the_dataset_draws_several_batches_a_request(client: Any) -> None:
     assert k > 1 and calls and max(calls) == k
     # 24 batches taken, and what the worker made ahead (queue and its own).
     assert len(calls) <= 24 // k + 3
+
+
+@pytest.mark.parametrize(("table", "workers"), [("replay", 2), ("limited", 1)])
+def test_dataset_batches_are_whole_and_exact(client: Any, table: str,
+                                             workers: int) -> None:
+    """Two workers drawing several batches a request each, and a table
+    where an extra sample counts (one batch a request)."""
+    with client.dataset(table, 96, prefetch=2, num_workers=workers) as ds:
+        for _, (info, data) in zip(range(12), ds, strict=False):
+            _check(info, data, 96)
+
+
+def test_a_dataset_of_an_empty_table_ends_after_its_timeout(client: Any) -> None:
+    t0 = time.monotonic()
+    with client.dataset("empty", 8, timeout=0.5) as ds:
+        assert list(ds) == []
+    assert time.monotonic() - t0 < 10
