@@ -128,3 +128,35 @@ def test_a_dataset_of_an_empty_table_ends_after_its_timeout(client: Any) -> None
     with client.dataset("empty", 8, timeout=0.5) as ds:
         assert list(ds) == []
     assert time.monotonic() - t0 < 10
+
+
+def test_batches_skip_a_dead_shard_with_exact_probabilities(ray_session: Any) -> None:
+    """A shard killed for good (no restarts): the dataset's requests go to
+    the live shard, each batch says which shard it skipped, and its
+    probabilities are those of the live shard alone; require_all raises."""
+    ray = ray_session
+    with frray.ShardedServer([_table("replay")], num_shards=2,
+                             max_restarts=0) as server:
+        cl = server.client(seed=3)
+        for shard, ids in ((0, range(40)), (1, range(100, 110))):
+            with cl.trajectory_writer(1, shard=shard) as w:
+                for i in ids:
+                    w.append({"id": np.int64(i)})
+                    w.create_item("replay", P[i], w.history["id"][-1:])
+        ray.kill(server.shard_actors[1], no_restart=True)
+        deadline = time.monotonic() + 60
+        batches: list[Any] = []
+        while not batches and time.monotonic() < deadline:
+            got = cl.sample_batches("replay", 32, 4, timeout=10)
+            batches = [b for b in got if b[0].unavailable_shards]
+        assert batches
+        for info, data in batches:
+            assert info.unavailable_shards == (1,)
+            assert set(info.shard.tolist()) == {0}
+            np.testing.assert_allclose(info.probability, 1 / 40)  # all priority 1
+            assert len(np.asarray(data).reshape(-1)) == len(info) == 32
+        with pytest.raises(frray.ShardUnavailableError):
+            cl.sample_batches("replay", 32, 4, timeout=5, require_all_shards=True)
+        with cl.dataset("replay", 32) as ds:
+            info, _ = next(ds)
+        assert info.unavailable_shards == (1,) and len(info) == 32
