@@ -30,6 +30,11 @@ from fastreplay.ray._shards import Shards
 
 __all__ = ["Draw"]
 
+#: Bytes of items one call of several batches (``draw_many``) asks the
+#: shards for at most, fewer batches when they would not fit: 8 batches of
+#: 256 Atari frames (uint8[84,84], ~14 MB) fit, of 1,024 frames 4 do.
+MANY_BYTES = 32 << 20
+
 
 class Draw:
     """The sampling state of one client: cached masses, the generator of
@@ -41,6 +46,7 @@ class Draw:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()  # the generator
         self._masses: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}
+        self._item_bytes: dict[str, float] = {}  # per table, from its last replies
         self.stats = {"samples": 0, "second_rounds": 0, "overfetched": 0}
 
     def _counts(self, batch: int, masses: np.ndarray) -> np.ndarray:
@@ -177,14 +183,21 @@ class Draw:
         samples cost nothing (``meta["overfetch"]``, no mass cache): the
         items left over are dropped, as ``draw`` drops its over-fetched
         ones.  Empty when no shard can sample now; the last batch is short
-        when a shard ran out."""
+        when a shard ran out.  At most MANY_BYTES a request: one batch
+        until a reply says how large the table's items are."""
         sh = self._shards
         live = self._live(require_all)
         sizes = self._sizes(table)
+        item = self._item_bytes.get(table)
+        k = 1 if item is None else max(1, min(k, int(MANY_BYTES // (batch * item + 1))))
         want = self._overfetch(table, k * batch, live)
         replies, unavailable = self._ask(table, want, live, 0.0, sizes)
         if require_all and unavailable:
             raise self._unavailable(unavailable)
+        items = sum(len(r[0]) for r in replies.values())
+        if items:
+            nbytes = sum(np.asarray(c).nbytes for r in replies.values() for c in r[1])
+            self._item_bytes[table] = nbytes / items
         masses = self._reply_masses(replies, meta["exponent"])
         self._masses[table] = (time.monotonic(), masses.copy(), sizes.copy())
         total = float(masses.sum())
