@@ -32,7 +32,8 @@ class Sampler(Protocol):
 
 class ManySampler(Sampler, Protocol):
     """A sampler that also draws several batches in one call
-    (``fastreplay.ray.Client.sample_batches``)."""
+    (``fastreplay.ray.Client.sample_batches``): whole batches, of which
+    only the last may be short."""
 
     def sample_batches(self, table: str, batch_size: int, num_batches: int, *,
                        timeout: float | None = None) -> list[tuple[Any, Any]]: ...
@@ -174,7 +175,7 @@ class SampleDataset:
                  prefetch: int, num_workers: int, timeout: float | None,
                  per_call: int = 1) -> None:
         for name, value in (("batch_size", batch_size), ("prefetch", prefetch),
-                            ("num_workers", num_workers)):
+                            ("num_workers", num_workers), ("per_call", per_call)):
             if value < 1:
                 raise ValueError(f"dataset of table {table!r}: {name} ({value}) "
                                  f"must be >= 1, e.g. client.dataset({table!r}, "

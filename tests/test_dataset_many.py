@@ -5,6 +5,7 @@ throttled batch's parts, with fake samplers (no server)."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -91,3 +92,30 @@ def test_one_batch_a_call_never_asks_for_several() -> None:
         next(ds)
         next(ds)
     assert {c[0] for c in fake.calls} == {"one"}
+
+
+def test_a_carried_short_batch_that_cannot_be_topped_up_ends_the_iteration() -> None:
+    """After a call of one whole batch and a short one, nothing more can be
+    sampled: the finite timeout ends the iteration, with the whole batch
+    handed out and the short one never passed off as whole."""
+    from fastreplay import errors
+
+    class Drained(ManyFake):
+        def sample_batch(self, table: str, batch_size: int, *,
+                         timeout: float | None = None) -> tuple[Any, Any]:
+            self.calls.append(("one", batch_size))
+            raise errors.DeadlineExceededError("nothing to sample")
+
+        def sample_batches(self, table: str, batch_size: int, num_batches: int, *,
+                           timeout: float | None = None) -> list[tuple[Any, Any]]:
+            if self.calls:
+                raise errors.DeadlineExceededError("nothing to sample")
+            return super().sample_batches(table, batch_size, num_batches)
+
+    fake = Drained([[8, 3]])
+    t0 = time.monotonic()
+    with SampleDataset(fake, "t", 8, 2, 1, 0.3, per_call=4) as ds:
+        got = list(ds)
+    assert [len(info.key) for info, _ in got] == [8]
+    assert ("one", 5) in fake.calls
+    assert time.monotonic() - t0 < 5

@@ -28,7 +28,7 @@ def _table(name: str, **kwargs: Any) -> reverb.Table:
 
 
 @pytest.fixture(scope="module")
-def client(ray_session: Any) -> Any:
+def server(ray_session: Any) -> Any:
     """Two shards of very different masses: 40 items of priority 1 on shard
     0, 10 of priority 50 on shard 1 (in both tables)."""
     server = frray.ShardedServer([_table("replay"),
@@ -43,8 +43,13 @@ def client(ray_session: Any) -> Any:
                 w.append({"id": np.int64(i)})
                 for table in ("replay", "limited"):
                     w.create_item(table, P[i], w.history["id"][-1:])
-    yield cl
+    yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def client(server: Any) -> Any:
+    return server.client(seed=11)
 
 
 def _check(info: Any, data: Any, n: int) -> np.ndarray:
@@ -80,6 +85,14 @@ def test_one_batch_where_an_extra_sample_counts(client: Any) -> None:
     batches = client.sample_batches("limited", 64, 8, timeout=10)
     assert len(batches) == 1
     _check(*batches[0], 64)
+
+
+def test_one_batch_for_a_client_drawing_from_cached_masses(server: Any) -> None:
+    cached = server.client(seed=2, max_mass_age_s=60.0)
+    for _ in range(3):  # the first call reads the masses, the next use them
+        batches = cached.sample_batches("replay", 64, 8, timeout=10)
+        assert len(batches) == 1
+        _check(*batches[0], 64)
 
 
 def test_bad_arguments_name_the_argument(client: Any) -> None:

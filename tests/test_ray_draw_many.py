@@ -115,7 +115,7 @@ def test_shard_counts_vary_batch_to_batch_like_a_multinomial() -> None:
     assert np.var(ones) == pytest.approx(25, rel=0.3)  # Binomial(100, 1/2)
 
 
-def test_a_short_shard_is_topped_up_once_and_the_batches_end_early() -> None:
+def test_a_short_shard_is_topped_up_once_then_one_short_batch() -> None:
     shards = FakeShards([[1.0] * 10, [1.0] * 10])
     draw = Draw(shards, 0.0, seed=2)  # type: ignore[arg-type]
     _warm(draw)
@@ -126,9 +126,46 @@ def test_a_short_shard_is_topped_up_once_and_the_batches_end_early() -> None:
     asked_one = [n for s, n in shards.asked if s == 1]
     assert len(asked_one) == 2  # the request and one top-up
     assert draw.stats["second_rounds"] == rounds + 1
-    # ~32 of shard 1 a batch, 200 items: about 6 whole batches, never 8.
-    assert 4 <= len(batches) < 8
-    assert all(len(info) == 64 for info, _ in batches)
+    # ~32 of shard 1 a batch, 200 items: not all 8 fit, so the first alone.
+    assert len(batches) == 1 and len(batches[0][0]) == 64
+
+
+def test_a_shard_short_after_its_top_up_shortens_the_first_batch() -> None:
+    shards = FakeShards([[1.0] * 10, [1.0] * 10])
+    draw = Draw(shards, 0.0, seed=12)  # type: ignore[arg-type]
+    _warm(draw)
+    shards.cap[1] = 5
+    (info, data), = draw.draw_many("t", 64, 8, META, False)
+    assert int((info.shard == 1).sum()) == 10  # 5 and 5 topped up
+    assert len(info) < 64
+    np.testing.assert_array_equal(data["id"] // 1000, info.shard)
+
+
+def test_batches_stay_whole_and_unbiased_with_a_top_up_and_a_dead_shard() -> None:
+    """Four shards, one dead, one that always needs its top-up: every item
+    lines up with its data and the live shards' global probability, and a
+    shard's count per batch keeps its multinomial mean and variance."""
+    shards = FakeShards([[1.0] * 10, [2.0] * 10, [1.0] * 10, [3.0] * 10])
+    shards.dead.add(1)
+    draw = Draw(shards, 0.0, seed=13)  # type: ignore[arg-type]
+    _warm(draw)
+    shards.cap[2] = 60  # about 48 of 3*64 asked of it over 4 batches
+    live = {0: 1.0, 2: 1.0, 3: 3.0**ALPHA}
+    mass = 10 * sum(live.values())
+    threes = []
+    for _ in range(300):
+        for info, data in draw.draw_many("t", 64, 4, META, False):
+            ids = data["id"]
+            np.testing.assert_array_equal(ids // 1000, info.shard)
+            np.testing.assert_array_equal(data["twice"], ids * 2)
+            np.testing.assert_allclose(info.probability,
+                                       [live[int(s)] / mass for s in info.shard])
+            assert info.unavailable_shards == (1,)
+            if len(info) == 64:
+                threes.append(int((info.shard == 3).sum()))
+    share = 10 * live[3] / mass
+    assert np.mean(threes) == pytest.approx(64 * share, abs=0.3)
+    assert np.var(threes) == pytest.approx(64 * share * (1 - share), rel=0.15)
 
 
 def test_a_shard_that_gives_nothing_has_no_mass_in_the_draw() -> None:

@@ -182,9 +182,10 @@ class Draw:
         ``draw`` would give for those masses.  Only for tables where extra
         samples cost nothing (``meta["overfetch"]``, no mass cache): the
         items left over are dropped, as ``draw`` drops its over-fetched
-        ones.  Empty when no shard can sample now; the last batch is short
-        when a shard ran out.  At most MANY_BYTES a request: one batch
-        until a reply says how large the table's items are."""
+        ones.  Empty when no shard can sample now; when a shard runs out
+        (after one top-up), the first batch alone, short as ``draw`` makes
+        it.  At most MANY_BYTES a request: one batch until a reply says how
+        large the table's items are."""
         sh = self._shards
         live = self._live(require_all)
         sizes = self._sizes(table)
@@ -226,13 +227,12 @@ class Draw:
                              *ec], strict=True)]
             parts.append(fields)
         have = np.array([len(p[0]) for p in parts], np.int64)
-        taken = np.cumsum(counts[:, shards], axis=0)
-        full = int(np.all(taken <= have, axis=1).sum())  # leading batches that fit
-        if full == 0:  # a shard ran out: one short batch of what there is
+        if not np.all(counts[:, shards].sum(axis=0) <= have):
+            # A shard ran out: the first batch alone, shortened as ``draw``
+            # shortens it (keeping the batches that happen to fit would
+            # favour counts that ask little of the short shard).
             counts = counts[:1].copy()
             counts[0, shards] = np.minimum(counts[0, shards], have)
-        else:
-            counts = counts[:full]
         per = counts[:, shards]
         used = int(per.sum())
         self.stats["overfetched"] += int(have.sum()) - used
