@@ -247,10 +247,12 @@ class Client:
         uses it, as Reverb's dataset keeps many samples in flight per
         worker).  Each batch is globally exact for the masses the shards
         sampled with; the batches share those masses, so a priority updated
-        after the call shows only in the next call.  Fewer batches (the last
-        possibly short) when a shard cannot give more now.  Tables where an
-        extra sample counts (``max_times_sampled``, a samples-per-insert
-        limiter) and clients with ``max_mass_age_s`` get one batch."""
+        after the call shows only in the next call.  One batch, short as
+        ``sample_batch`` makes it, when a shard cannot give its part now;
+        fewer batches when ``num_batches`` of them would pass 32 MiB (one
+        until the table's item size is known).  Tables where an extra
+        sample counts (``max_times_sampled``, a samples-per-insert limiter)
+        and clients with ``max_mass_age_s`` get one batch."""
         meta = self._meta(table)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a positive integer")
