@@ -227,7 +227,7 @@ class Draw:
                              *ec], strict=True)]
             parts.append(fields)
         have = np.array([len(p[0]) for p in parts], np.int64)
-        if not np.all(counts[:, shards].sum(axis=0) <= have):
+        if not np.all(need <= have):
             # A shard ran out: the first batch alone, shortened as ``draw``
             # shortens it (keeping the batches that happen to fit would
             # favour counts that ask little of the short shard).
