@@ -83,8 +83,31 @@ int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
     return FR_OK;
 }
 
-/* Capacity of the open-chunk buffer: the longest chunk the options allow. */
-static int32_t buffer_rows(const fr_column *c) { return c->opt.num_keep_alive_refs; }
+/* The rows the open chunk takes before it is finalized: max_len, or more
+ * during a batch (fr_column_set_batch). */
+static int32_t limit(const fr_column *c) {
+    int64_t n = c->batch_steps;
+    if (n <= c->max_len) return c->max_len;
+    if (c->has_spec) {
+        int64_t cap = fr_spec_is_var(&c->spec) ? FR_BATCH_VAR_ROWS
+                      : FR_BATCH_CHUNK_BYTES / (c->spec.row_bytes > 0 ? c->spec.row_bytes : 1);
+        if (n > cap) n = cap;
+    }
+    return n > c->max_len ? (int32_t)n : c->max_len;
+}
+
+/* Capacity of the open-chunk buffer: the longest chunk the options allow,
+ * or a batch's (limit). */
+static int32_t buffer_rows(const fr_column *c) {
+    int32_t n = limit(c);
+    return n > c->opt.num_keep_alive_refs ? n : c->opt.num_keep_alive_refs;
+}
+
+int fr_column_set_batch(fr_column *c, int64_t steps) {
+    c->batch_steps = steps > 1 ? (steps < INT32_MAX ? steps : INT32_MAX) : 0;
+    if (c->batch_steps || !c->open || c->buf_rows < c->max_len) return FR_OK;
+    return fr_column_finalize(c);
+}
 
 int fr_column_finalize(fr_column *c) {
     if (!c->open) return FR_OK;
@@ -137,7 +160,7 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
         c->buf_cap = buffer_rows(c);
     }
     if (!c->open) {
-        int64_t room = (int64_t)c->max_len * c->spec.row_bytes;
+        int64_t room = (int64_t)limit(c) * c->spec.row_bytes;
         c->open = fr_chunk_new_inline(c->store, (*next_key)++, episode_id,
                                       c->spec.row_bytes,
                                       room <= FR_CHUNK_INLINE_MAX ? room : 0);
@@ -156,7 +179,7 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
     c->buf_rows++;
     c->open_last_step = step;
     c->n_appended++;
-    if (c->buf_rows >= c->max_len) rc = fr_column_finalize(c);
+    if (c->buf_rows >= limit(c)) rc = fr_column_finalize(c);
     trim(c);
     return rc;
 }
@@ -206,7 +229,7 @@ int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
     c->var_offs[++c->buf_rows] = c->var_len;
     c->open_last_step = step;
     c->n_appended++;
-    if (c->buf_rows >= c->max_len) rc = fr_column_finalize(c);
+    if (c->buf_rows >= limit(c)) rc = fr_column_finalize(c);
     trim(c);
     return rc;
 }

@@ -149,6 +149,16 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
     return FR_OK;
 }
 
+int fr_writer_set_batch(fr_writer *w, int64_t steps) {
+    int rc = FR_OK;
+    for (int32_t c = 0; c < w->n_cols; c++) {
+        int rc2 = fr_column_set_batch(&w->cols[c], steps);
+        if (rc == FR_OK) rc = rc2;
+    }
+    if (steps <= 1) fr_writer_pump(w);
+    return rc;
+}
+
 /* The id of the cell at history position `pos` of column c, or -1 where
  * the column had no value or the cell expired.  `hint` is an id to try
  * first (the next cell of a run), or -1. */

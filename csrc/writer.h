@@ -45,6 +45,15 @@ int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,
                      const void *const *rows, const fr_spec *specs,
                      int partial, int32_t *bad);
 
+/* Batches: between fr_writer_set_batch(w, steps) and fr_writer_set_batch(w,
+ * 0) the caller appends up to `steps` steps (an extend) and each column's
+ * open chunk grows past the chunker's length to hold up to
+ * min(steps, FR_BATCH_CHUNK_BYTES / row bytes) of them (column.h), so the
+ * items made of those steps share a few chunks instead of one per step.
+ * Ending the batch finalizes the open chunks that reached the chunker's
+ * length and hands ready items to their tables.  FR_OK or FR_ENOMEM. */
+int fr_writer_set_batch(fr_writer *w, int64_t steps);
+
 /* The validation half of fr_writer_append (nothing is written). */
 int fr_writer_check_append(const fr_writer *w, int32_t n, const int32_t *cols,
                            const fr_spec *specs, int32_t *bad);

@@ -361,6 +361,7 @@ cdef extern from "writer.h" nogil:
     int32_t fr_writer_num_columns(const fr_writer *w)
     int fr_writer_configure(fr_writer *w, int32_t col, fr_chunker_options opt)
     fr_column *fr_writer_column(fr_writer *w, int32_t col)
+    int fr_writer_set_batch(fr_writer *w, int64_t steps)
     int fr_writer_check_append(const fr_writer *w, int32_t n, const int32_t *cols,
                                const fr_spec *specs, int32_t *bad)
     int fr_writer_append(fr_writer *w, int32_t n, const int32_t *cols,

@@ -122,6 +122,12 @@ cdef class StructuredCore:
         cdef int64_t created = 0
         cdef int32_t bad = -1
         cdef int rc = fr_sw_evaluate(self._s, end_episode, &created, &bad)
+        if rc != FR_OK:
+            self._raise_evaluate(rc, bad)
+        return created
+
+    cdef int _raise_evaluate(self, int rc, int32_t bad) except -1:
+        """Raise for a failed fr_sw_evaluate of config ``bad``."""
         if rc == FR_EASYNC:
             self.core._raise_status(rc)
         if rc != FR_OK:
@@ -131,7 +137,7 @@ cdef class StructuredCore:
                                   "expects a scalar double, float, int32 or int64 "
                                   "column.")
             _raise_for_status(rc, f"config {bad} (table '{table}')")
-        return created
+        return 0
 
     def end_episode(self, bint clear_buffers, timeout) -> bool:
         """Create the items of configs conditioned on is_end_episode, then end

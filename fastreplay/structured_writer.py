@@ -180,6 +180,32 @@ class StructuredWriter(_core._StructuredBase):
             _raise_structure_change(paths, self._paths)
         return flat
 
+    def extend(self, data: Any) -> int:
+        """Append several whole steps at once (a fastreplay addition, as
+        ``TrajectoryWriter.extend``): every leaf of ``data`` has a leading
+        axis of the steps, and after each step the configs create their
+        items, as one ``append`` per step would, all in one call into C
+        with the steps sharing chunks.  Returns the number of items created.
+
+        Raises
+        ------
+        ValueError
+            As ``append``, and for a leaf without a leading axis or with
+            another length than the others (naming both columns), or an
+            open partial step; nothing is written then.  A config failing on
+            a step (a td_error priority that is NaN, say) raises after the
+            steps before it were appended and their items created.
+        """
+        self._check_open()
+        if self._sw is None:
+            self._flatten_general(_nest.map_structure(_first_row, data))
+        plan, sw = self._plan, self._sw
+        assert plan is not None and sw is not None  # compiled above
+        flat = plan.flatten(data)
+        if flat is None:
+            flat = self._flatten_general(data)
+        return int(_core.extend_structured(sw, flat))
+
     @property
     def step_is_open(self) -> bool:
         """True after an ``append(..., partial_step=True)`` until the step
@@ -233,6 +259,17 @@ class StructuredWriter(_core._StructuredBase):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None and not self._closed:
             self.flush()
+
+
+def _first_row(value: Any) -> Any:
+    """The first step of a leaf given with a leading axis of steps (the
+    plan is compiled from one step)."""
+    if value is None:
+        return None
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if arr.ndim == 0:
+        return arr  # extend names the column that lacks the axis
+    return arr[0] if len(arr) else np.zeros(arr.shape[1:], arr.dtype)
 
 
 def _raise_structure_change(got: list[tuple[Any, ...]],

@@ -142,6 +142,11 @@ class ShardWriter:
         except _FAILURES:
             self._fail()
 
+    def extend(self, data: Any) -> Any:
+        """The wrapped writer's ``extend``: several whole steps at once
+        (returns a StructuredWriter's count of items created)."""
+        return self._call("extend", data)
+
     def create_item(self, table: str, priority: float, trajectory: Any) -> None:
         """Another writer's create_item (a TrajectoryWriter's is its own;
         a StructuredWriter has none)."""
@@ -174,6 +179,7 @@ class ShardWriter:
         self._closed = True
         self._append = self._create_item = _closed
         self.__dict__["append"] = self.__dict__["create_item"] = _closed
+        self.__dict__["extend"] = _closed
         if self._traj:
             self._writer._failure_hook = None
         self._client.writer_closed(self.shard)
