@@ -118,12 +118,13 @@ cdef int64_t _extend(WriterCore core, list values, StructuredCore sw,
     memset(&job, 0, sizeof(job))
     if sw is not None:
         n_data = len(data)
-        conds = np.zeros((steps, max(n_data, 1)), dtype=np.int64)
-        has = np.zeros(max(n_data, 1), dtype=np.uint8)
+        conds_arr = np.zeros((steps, max(n_data, 1)), dtype=np.int64)
+        has_arr = np.zeros(max(n_data, 1), dtype=np.uint8)
         for i in range(n_data):
             if data[i] is not None:
-                conds[:, i] = _condition_values(data[i], sw._data_sources[i], steps)
-                has[i] = 1
+                conds_arr[:, i] = _condition_values(data[i], sw._data_sources[i])
+                has_arr[i] = 1
+        conds, has = conds_arr, has_arr
         job.sw, job.data, job.has_data = sw._s, &conds[0, 0], &has[0]
     job.w, job.a, job.steps, job.n_data, job.bad = core._w, &step.a, steps, n_data, -1
     job.rows = <const void **>malloc(max(step.a.n, 1) * sizeof(void *))
@@ -145,7 +146,7 @@ cdef int64_t _extend(WriterCore core, list values, StructuredCore sw,
     return -1
 
 
-cdef object _condition_values(object v, Py_ssize_t source, Py_ssize_t steps):
+cdef object _condition_values(object v, Py_ssize_t source):
     """A data condition's values over the steps as int64 (int or bool)."""
     arr = np.asarray(v)
     if arr.ndim != 1 or arr.dtype.kind not in "biu":

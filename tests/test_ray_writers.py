@@ -85,7 +85,7 @@ class _Lost(Mapping[str, Any]):
         return 1
 
 
-@pytest.mark.parametrize("where", ["append", "create_item"])
+@pytest.mark.parametrize("where", ["append", "create_item", "extend"])
 def test_a_lost_shard_raises_with_what_was_not_acknowledged(local: Any, where: str
                                                            ) -> None:
     """What append or create_item of a TrajectoryWriter raise for a lost
@@ -97,6 +97,7 @@ def test_a_lost_shard_raises_with_what_was_not_acknowledged(local: Any, where: s
     inner = client.trajectory_writer(1)
     writer = ShardWriter(inner, 1, owner)  # type: ignore[arg-type]
     assert writer.append == inner.append  # no wrapper
+    assert writer.extend == inner.extend
     for i in range(5):
         writer.append({"x": np.float32(i)})
         writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
@@ -105,6 +106,8 @@ def test_a_lost_shard_raises_with_what_was_not_acknowledged(local: Any, where: s
     with pytest.raises(errors.ShardUnavailableError) as err:
         if where == "append":
             writer.append(_Lost())
+        elif where == "extend":
+            writer.extend(_Lost())
         else:
             writer.create_item("t", 1.0, _Lost())
     assert err.value.shard == 1 and err.value.restarts == 1
@@ -114,6 +117,26 @@ def test_a_lost_shard_raises_with_what_was_not_acknowledged(local: Any, where: s
         writer.create_item("t", 1.0, {})
     with pytest.raises(RuntimeError, match="closed"):
         writer.append({"x": np.float32(0)})
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.extend({"x": np.zeros(2, np.float32)})
+
+
+def test_extend_passes_through(local: Any) -> None:
+    """extend of either writer reaches the shard's table (a StructuredWriter
+    returns the items its configs made)."""
+    from fastreplay import structured_writer as sw
+
+    client, table = local
+    writer = ShardWriter(client.trajectory_writer(3), 0, _Client())  # type: ignore[arg-type]
+    writer.extend({"x": np.arange(4, dtype=np.float32)})
+    writer.create_item("t", 1.0, {"x": writer.history["x"][-3:]})
+    writer.close()
+    config = sw.create_config(sw.pattern_from_transform(
+        {"x": np.zeros((), np.float32)}, lambda s: {"x": s["x"][-1]}), table="t")
+    structured = ShardWriter(client.structured_writer([config]), 0, _Client())  # type: ignore[arg-type]
+    assert structured.extend({"x": np.arange(5, dtype=np.float32)}) == 5
+    structured.close()
+    assert table.size == 1 + 5
 
 
 def test_other_errors_pass_through_and_keep_the_writer(local: Any) -> None:
@@ -141,18 +164,29 @@ class _DeadStructured:
         if self.calls > 2:
             raise ConnectionResetError("gone")
 
+    def extend(self, data: Any) -> int:
+        self.append(data)
+        return 1
+
     def close(self) -> None:
         self.closed = True
 
 
-@pytest.mark.parametrize("partial", [False, True])
-def test_a_structured_writer_of_a_lost_shard(partial: bool) -> None:
+@pytest.mark.parametrize("how", ["append", "partial", "extend"])
+def test_a_structured_writer_of_a_lost_shard(how: str) -> None:
     dead, owner = _DeadStructured(), _Client()
     writer = ShardWriter(dead, 1, owner)  # type: ignore[arg-type]
+
+    def call() -> None:
+        if how == "extend":
+            writer.extend({"x": [1, 2]})
+        else:
+            writer.append({"x": 1}, partial_step=how == "partial")
+
     for _ in range(2):
-        writer.append({"x": 1}, partial_step=partial)
+        call()
     with pytest.raises(errors.ShardUnavailableError) as err:
-        writer.append({"x": 1}, partial_step=partial)
+        call()
     assert err.value.unacknowledged_items == 4  # its pending items
     assert dead.closed and owner.closed == [1]
     with pytest.raises(RuntimeError, match="closed"):

@@ -94,6 +94,7 @@ class ShardWriter:
             writer._failure_hook = _Hook(self)
             self.__dict__["append"] = writer.append
             self.__dict__["create_item"] = writer.create_item
+            self.__dict__["extend"] = writer.extend
 
     # history is read every step (Acme's adders, the bench's loop); the rest
     # of a TrajectoryWriter's public API is the wrapped writer's too.
@@ -143,8 +144,8 @@ class ShardWriter:
             self._fail()
 
     def extend(self, data: Any) -> Any:
-        """The wrapped writer's ``extend``: several whole steps at once
-        (returns a StructuredWriter's count of items created)."""
+        """A StructuredWriter's ``extend`` (several whole steps at once;
+        returns the items created; a TrajectoryWriter's is its own)."""
         return self._call("extend", data)
 
     def create_item(self, table: str, priority: float, trajectory: Any) -> None:
