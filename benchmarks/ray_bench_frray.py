@@ -67,11 +67,16 @@ def _steps(batch: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 
 
 class StepWriter:
-    """A writer actor: ``trajectory_writer``, one item per step (what an
-    Acme adder does), flushed at the end of each run."""
+    """A writer actor, one item per step, flushed at the end of each run:
+    ``mode="steps"``, ``trajectory_writer`` and one ``append`` +
+    ``create_item`` a step (what an Acme adder does); ``mode="extend"``, a
+    ``structured_writer`` whose config makes the same item every step, fed
+    the batch's steps by one ``extend`` a call (as the anchors' writers send
+    their batches)."""
 
     def __init__(self, client: Any, batch: dict[str, np.ndarray]) -> None:
         self.client = client
+        self.batch = batch
         self.steps = _steps(batch)
         self.keys = tuple(batch)
 
@@ -79,8 +84,10 @@ class StepWriter:
         return True
 
     def run(self, duration: float, max_rows: float = float("inf"),
-            shard: int | None = None) -> tuple[int, float]:
+            shard: int | None = None, mode: str = "steps") -> tuple[int, float]:
         kwargs = {} if shard is None else {"shard": shard}
+        if mode == "extend":
+            return self._extend(duration, max_rows, kwargs)
         w = self.client.trajectory_writer(1, **kwargs)
         keys, rows, t0 = self.keys, 0, time.perf_counter()
         try:
@@ -90,6 +97,26 @@ class StepWriter:
                     h = w.history
                     w.create_item(TABLE, 1.0, {k: h[k][-1] for k in keys})
                 rows += len(self.steps)
+                if time.perf_counter() - t0 >= duration:
+                    break
+            w.flush()
+        finally:
+            w.close()
+        return rows, time.perf_counter() - t0
+
+    def _extend(self, duration: float, max_rows: float, kwargs: dict[str, Any]
+                ) -> tuple[int, float]:
+        from fastreplay import structured_writer as sw
+
+        keys = self.keys
+        config = sw.create_config(sw.pattern_from_transform(
+            self.steps[0], lambda ref: {k: ref[k][-1] for k in keys}), TABLE)
+        w = self.client.structured_writer([config], **kwargs)
+        rows, n, t0 = 0, len(self.steps), time.perf_counter()
+        try:
+            while rows < max_rows:
+                w.extend(self.batch)
+                rows += n
                 if time.perf_counter() - t0 >= duration:
                     break
             w.flush()
@@ -158,6 +185,12 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
             return rc.rate(ray.get(refs, timeout=t))
 
         w = rc.rounds(writes, sizes.rounds, sizes.duration)
+
+        def extends(duration: float) -> float:
+            refs = [w.run.remote(duration, mode="extend") for w in writers]
+            return rc.rate(ray.get(refs, timeout=t))
+
+        e = rc.rounds(extends, sizes.rounds, sizes.duration)
         missing = sizes.prefill - _size(cl)
         if missing > 0:
             ray.get([wr.run.remote(float("inf"), missing / 2) for wr in writers],
@@ -175,7 +208,9 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
     label = "fastreplay.ray (2 shards)"
     ref = {"naive": "naive actor", "torchrl": "TorchRL RayReplayBuffer"}
     return {
-        "writes": [Row(label, w, note="trajectory_writer, 1 item/step", **ref)],
+        "writes": [Row(label, w, note="trajectory_writer, 1 item/step", **ref),
+                   Row(f"{label} extend", e, note="structured_writer.extend of "
+                       f"{sizes.batch} steps, 1 item/step", **ref)],
         "learner": [Row(label, s, note=f"sample_batch({sizes.batch}) + "
                         "update_priorities", **ref)],
         "dataset": [Row(f"{label} dataset(prefetch=2)", d, **ref)],
@@ -256,19 +291,21 @@ def same_node(cluster: rc.Cluster, sizes: Sizes) -> list[Row]:
     srv = server(1, sizes.capacity, placement=[node], timeout=t)
     out = []
     try:
-        for transport in ("shm", "ray"):
-            cl = client(srv, transport)
-            got = cl.transport(0)
-            w = _remote(StepWriter, node, cl, rc.small_batch(sizes.batch, 10))
-            try:
-                values = rc.rounds(
-                    lambda dt, w=w: rc.rate([ray.get(w.run.remote(dt), timeout=t)]),
-                    sizes.rounds, sizes.duration)
-            finally:
-                rc.kill(w)
-            out.append(Row(f"fastreplay.ray transport={transport}", values,
-                           naive="fastreplay.ray transport=ray",
-                           note=f"client.transport(0) == {got!r}"))
+        for mode, tail in (("steps", ""), ("extend", " extend")):
+            for transport in ("shm", "ray"):
+                cl = client(srv, transport)
+                got = cl.transport(0)
+                w = _remote(StepWriter, node, cl, rc.small_batch(sizes.batch, 10))
+                try:
+                    values = rc.rounds(
+                        lambda dt, w=w, m=mode: rc.rate(
+                            [ray.get(w.run.remote(dt, mode=m), timeout=t)]),
+                        sizes.rounds, sizes.duration)
+                finally:
+                    rc.kill(w)
+                out.append(Row(f"fastreplay.ray transport={transport}{tail}", values,
+                               naive=f"fastreplay.ray transport=ray{tail}",
+                               note=f"client.transport(0) == {got!r}"))
     finally:
         srv.close()
     return out
