@@ -355,9 +355,18 @@ static void tune_chunk(fr_tuner *t, const fr_chunk *k) {
 static void tune_item(fr_column *c, double rows, int distinct, double bytes,
                       int32_t n_refs);
 
+/* Whether items of column c feed its tuner: never when num_keep_alive_refs
+ * is 1 (the length can only be 1; the statistics cost ~5% of a writer
+ * making one item a step), nor for an item in a chunk of a batch (longer
+ * than the tuner's range, fr_column_set_batch). */
+static int tunes(const fr_column *c, const fr_chunk *first) {
+    return c->opt.autotune && c->opt.num_keep_alive_refs > 1 &&
+           first->n_rows <= c->opt.num_keep_alive_refs;
+}
+
 void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
                        int32_t n_refs) {
-    if (!c->opt.autotune || n_chunks <= 0) return;
+    if (n_chunks <= 0 || !tunes(c, chunks[0])) return;
     double rows = 0.0, bytes = 0.0;
     int distinct = 0;
     for (int32_t i = 0; i < n_chunks; i++) {
@@ -375,7 +384,7 @@ void fr_column_on_item(fr_column *c, fr_chunk *const *chunks, int32_t n_chunks,
 
 void fr_column_on_item_slices(fr_column *c, const fr_slice *slices, int32_t n_slices,
                               int32_t n_refs) {
-    if (!c->opt.autotune || n_slices <= 0) return;
+    if (n_slices <= 0 || !tunes(c, slices[0].chunk)) return;
     double rows = 0.0, bytes = 0.0;
     for (int32_t i = 0; i < n_slices; i++) {
         rows += slices[i].chunk->n_rows;
