@@ -9,8 +9,10 @@ process), each item the newest step of every field.
 - ``structured_extend``: the same writer, ``extend`` of 256 steps a call,
 - ``trajectory_extend``: ``TrajectoryWriter.extend`` of 256 steps, then
   create_item a step from the history,
-- cpprb's ``PrioritizedReplayBuffer.add`` of the same 256-row batches when
-  cpprb is importable (skipped otherwise).
+- ``ReplayBuffer.add_batch`` of the same 256-row batches (fastreplay's
+  flat buffer, no writer: what cpprb's ``add`` does),
+- cpprb's ``PrioritizedReplayBuffer.add`` of those batches when cpprb is
+  importable (skipped otherwise).
 
 Run: pytest benchmarks/test_bench_extend.py --benchmark-only --benchmark-group-by=group
 """
@@ -92,6 +94,20 @@ def test_one_item_per_step_fastreplay(benchmark: Any, via: str) -> None:
     _record(benchmark)
     assert len(work.table) > 0
     work.writer.close()
+
+
+def test_one_item_per_step_replay_buffer(benchmark: Any) -> None:
+    benchmark.group = GROUP
+    batch = _batch()
+    rb = fastreplay.ReplayBuffer(1_000_000, alpha=0.6)
+
+    def run() -> None:
+        for _ in range(STEPS // BATCH):
+            rb.add_batch(**batch)
+
+    benchmark.pedantic(run, rounds=7, warmup_rounds=1)
+    _record(benchmark)
+    assert len(rb) > 0
 
 
 def test_one_item_per_step_cpprb(benchmark: Any) -> None:
