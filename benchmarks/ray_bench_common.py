@@ -112,15 +112,16 @@ def rate(results: list[tuple[int, float]]) -> float:
 
 
 def together(writers: list[Any], learner: Any, n: int, duration: float,
-             timeout: float) -> tuple[list[float], list[float]]:
+             timeout: float, **run: Any) -> tuple[list[float], list[float]]:
     """Writers and the learner at once, ``n`` rounds: ``(writes, sampled)``
-    rows/s per round (each actor's ``run(duration)`` returns ``(rows, s)``)."""
+    rows/s per round (each actor's ``run(duration)`` returns ``(rows, s)``;
+    ``run`` are more keyword arguments of the writers' ``run``)."""
     import ray
 
     writes: list[float] = []
 
     def one(d: float) -> float:
-        refs = [w.run.remote(d) for w in writers]
+        refs = [w.run.remote(d, **run) for w in writers]
         lref = learner.run.remote(d)
         writes.append(rate(ray.get(refs, timeout=timeout)))
         return rate([ray.get(lref, timeout=timeout)])

@@ -202,6 +202,8 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
         s = rc.rounds(learn, sizes.rounds, sizes.duration)
         d = rc.rounds(lambda dt: learn(dt, "dataset"), sizes.rounds, sizes.duration)
         tw, ts = rc.together(writers, learner, sizes.rounds, sizes.duration, t)
+        ew, es = rc.together(writers, learner, sizes.rounds, sizes.duration, t,
+                             mode="extend")
     finally:
         rc.kill(*actors)
         srv.close()
@@ -218,6 +220,10 @@ def throughput(cluster: rc.Cluster, sizes: Sizes) -> dict[str, list[Row]]:
             Row(f"{label}: writes", tw, naive="naive actor: writes",
                 torchrl="TorchRL RayReplayBuffer: writes"),
             Row(f"{label}: sampled", ts, naive="naive actor: sampled",
+                torchrl="TorchRL RayReplayBuffer: sampled"),
+            Row(f"{label} extend: writes", ew, naive="naive actor: writes",
+                torchrl="TorchRL RayReplayBuffer: writes"),
+            Row(f"{label} extend: sampled", es, naive="naive actor: sampled",
                 torchrl="TorchRL RayReplayBuffer: sampled")],
     }
 
