@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastreplay as reverb
+from fastreplay.net import outbox as outbox_mod
 from fastreplay.net import ring as ring_mod
+from fastreplay.net import wire
 from fastreplay.net.remote import RemoteBackend
 from fastreplay.net.ring import SendRing
 
@@ -82,11 +84,30 @@ def served():
         server.stop()
 
 
+def _spy_inserts(monkeypatch):
+    """The insert frames sent: (args, number of blobs)."""
+    frames = []
+    real = wire.send_frame
+
+    def spy(sock, kind, message, blobs=()):
+        if message.get("op") == "insert":
+            frames.append((message["args"], len(blobs)))
+        real(sock, kind, message, blobs)
+
+    monkeypatch.setattr(wire, "send_frame", spy)
+    return frames
+
+
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs POSIX shared memory")
-@pytest.mark.parametrize("shm", ["1", "0"])
-def test_items_arrive_intact_through_the_ring_and_without_it(served, shm, monkeypatch):
+@pytest.mark.parametrize(("shm", "records"), [("1", True), ("1", False), ("0", True)])
+def test_items_arrive_intact_through_the_ring_and_without_it(served, shm, records,
+                                                            monkeypatch):
+    """Chunk bytes and (RECORDS_IN_RING) item records through the ring, or
+    everything on the socket: the same items."""
     server, table = served
     monkeypatch.setenv("FASTREPLAY_SHM", shm)
+    monkeypatch.setattr(outbox_mod, "RECORDS_IN_RING", records)
+    inserts = _spy_inserts(monkeypatch)
     sent = []
     real = ring_mod.SendRing.take
 
@@ -119,7 +140,95 @@ def test_items_arrive_intact_through_the_ring_and_without_it(served, shm, monkey
     assert np.array_equal(idx[:, 0], first) and np.array_equal(idx[:, 1], first + 1)
     assert np.array_equal(obs[:, 0], frames[:-1])
     assert np.array_equal(obs[:, 1], frames[1:])
+    assert inserts
     if shm == "1":
         assert sent and all(at is not None for at in sent)  # every frame in the ring
+        assert len(sent) == len(inserts) * (2 if records else 1)
+        assert all(isinstance(args["data"], dict) for args, _ in inserts)
+        for args, blobs in inserts:
+            assert ("records_in" in args) == records
+            assert blobs == (0 if records else 6)  # the records' arrays
     else:
         assert sent == []  # FASTREPLAY_SHM=0: the socket only
+        assert all("records_in" not in args for args, _ in inserts)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs POSIX shared memory")
+def test_extended_steps_arrive_with_their_records_in_the_ring(served, monkeypatch):
+    """A StructuredWriter's extend (one item a step, chunks of many steps)
+    to a server over the transport: every item's step intact, and the
+    regions all given back once the writer flushed."""
+    from fastreplay import structured_writer as sw
+
+    server, table = served
+    monkeypatch.setenv("FASTREPLAY_SHM", "1")
+    frames = _spy_inserts(monkeypatch)
+    backend = RemoteBackend("127.0.0.1", server.port)
+    client = reverb.Client(f"127.0.0.1:{server.port}")
+    client._backend_found = backend
+    step = {"obs": np.zeros(8, np.float32), "i": np.int64(0)}
+    ref = sw.create_reference_step(step)
+    config = sw.create_config({"obs": ref["obs"][-1], "i": ref["i"][-1]}, "t")
+    n = 5000
+    i = np.arange(n)
+    data = {"obs": (i[:, None] + np.arange(8)).astype(np.float32), "i": i}
+    try:
+        with client.structured_writer([config]) as w:
+            for lo in range(0, n, 256):
+                w.extend({k: v[lo:lo + 256] for k, v in data.items()})
+        assert len(table) == n
+        _, got, _ = table.sample_batch(n)
+        rings = [c.ring for c in list(backend._conns) if isinstance(c.ring, SendRing)]
+    finally:
+        backend.close()
+    idx, obs = (got if got[0].ndim == 1 else got[::-1])
+    assert np.array_equal(idx, i) and np.array_equal(obs, data["obs"])
+    assert frames and all("records_in" in args for args, _ in frames)
+    assert rings and all(len(r) == 0 for r in rings)  # every region given back
+
+
+def test_records_naming_a_segment_the_connection_lacks_are_refused(served,
+                                                                   monkeypatch):
+    """An insert frame whose records_in names no segment of the connection
+    (or is not a region) is the connection's error; nothing is inserted."""
+    import socket
+
+    server, table = served
+    monkeypatch.setenv("FASTREPLAY_SHM", "0")
+    frames = []
+    real = wire.send_frame
+
+    def spy(sock, kind, message, blobs=()):
+        if message.get("op") == "insert":
+            frames.append((message, [bytes(b) for b in blobs]))
+        real(sock, kind, message, blobs)
+
+    monkeypatch.setattr(wire, "send_frame", spy)
+    backend = RemoteBackend("127.0.0.1", server.port)
+    client = reverb.Client(f"127.0.0.1:{server.port}")
+    client._backend_found = backend
+    try:
+        with client.trajectory_writer(1) as w:
+            w.append({"x": np.float32(1)})
+            w.create_item("t", 1.0, {"x": w.history["x"][-1]})
+    finally:
+        backend.close()
+    monkeypatch.setattr(wire, "send_frame", real)
+    (message, blobs), = frames
+    assert len(table) == 1
+    table.sample_batch(1)  # empty the queue
+    for bad, why in (({"shm": "/fastreplay-none", "at": 0, "n": 8},
+                      "item records name a segment this connection lacks"),
+                     ([0, 8], "records_in is not a region")):
+        message["args"]["records_in"] = bad
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        try:
+            wire.send_frame(sock, wire.KIND_CALL, {"op": "hello", "token": None,
+                                                   "args": {}})
+            assert wire.recv_frame(sock)[0] == wire.KIND_REPLY
+            wire.send_frame(sock, wire.KIND_CALL, message, blobs)
+            kind, msg, _ = wire.recv_frame(sock)
+            assert kind == wire.KIND_ERROR and why in msg["message"], msg
+        finally:
+            sock.close()
+    assert len(table) == 0

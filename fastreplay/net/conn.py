@@ -83,9 +83,11 @@ class Conn:
                 if done is until:
                     break
                 continue
-            region = args.get("data") if op == "insert" else None
-            if isinstance(region, dict) and isinstance(self.ring, SendRing):
-                self.ring.give_back(region["at"])  # the server is done with it
+            if op == "insert" and isinstance(self.ring, SendRing):
+                for key in ("data", "records_in"):  # in the order taken
+                    region = args.get(key)
+                    if isinstance(region, dict):
+                        self.ring.give_back(region["at"])  # the server is done
             if kind == wire.KIND_ERROR and first is None:
                 first = error_from(msg)
         if first is not None:

@@ -276,7 +276,12 @@ class Service:
         table = self._table(args)
         chunks = state.chunks
         try:
-            raw = wire.unpack_arrays(args["records"], blob)
+            where = args.get("records_in")
+            if where is not None and not isinstance(where, dict):
+                raise _ProtocolError("records_in is not a region")
+            records = blob if where is None else np.array(  # a copy: the client
+                _chunk_data(where, blob, state, "item records"))  # may write it
+            raw = wire.unpack_arrays(args["records"], records)
             if len(raw) != 6:
                 raise _ProtocolError("an items frame has six record arrays")
             items, columns, slices, chunk_records, forget, after = (
@@ -450,22 +455,25 @@ def _as_records(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return out if out.flags.aligned else out.copy()
 
 
-def _chunk_data(where: Any, blob: Any, state: _State) -> Any:
-    """The chunk bytes of an insert frame: ``[at, n]`` in the frame's blob,
-    or ``{"shm", "at", "n"}`` in a segment the client attached (``ring``;
-    copied into the chunk store by restore_chunks)."""
+def _chunk_data(where: Any, blob: Any, state: _State, what: str = "chunk data"
+                ) -> Any:
+    """The chunk bytes (or item records) of an insert frame: ``[at, n]`` in
+    the frame's blob, or ``{"shm", "at", "n"}`` in a segment the client
+    attached (``ring``; copied into the chunk store by restore_chunks)."""
     if isinstance(where, dict):
         source = state.segments.get(where.get("shm"))  # type: ignore[arg-type]
         at, n = where.get("at"), where.get("n")
         if source is None:
-            raise _ProtocolError("chunk data names a segment this connection lacks")
+            verb = "name" if what.endswith("s") else "names"
+            raise _ProtocolError(f"{what} {verb} a segment this connection lacks")
         size = source.size
     else:
         at, n = where
         source, size = blob, len(blob)
     if type(at) is not int or type(n) is not int or not (
             0 <= at <= size and 0 <= n <= size - at):
-        raise _ProtocolError("chunk data does not fit the frame")
+        verb = "do" if what.endswith("s") else "does"
+        raise _ProtocolError(f"{what} {verb} not fit the frame")
     return np.frombuffer(source, np.uint8, n, at) if n else memoryview(b"")
 
 
