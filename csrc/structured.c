@@ -25,6 +25,7 @@ struct fr_sw {
     int32_t *lens, *cols;
     uint8_t *squeeze;
     int64_t *ids;
+    fr_ref_run *runs;      /* one per node when each is consecutive cells */
 };
 
 static int64_t node_count(const fr_sw_node *n) {
@@ -78,7 +79,8 @@ fr_sw *fr_sw_new(fr_writer *w, int32_t n_configs, const fr_sw_config *configs,
     s->squeeze = malloc((size_t)max_nodes);
     s->cols = malloc((size_t)max_refs * sizeof *s->cols);
     s->ids = malloc((size_t)max_refs * sizeof *s->ids);
-    if (!s->lens || !s->squeeze || !s->cols || !s->ids) {
+    s->runs = malloc((size_t)max_nodes * sizeof *s->runs);
+    if (!s->lens || !s->squeeze || !s->cols || !s->ids || !s->runs) {
         fr_sw_free(s);
         return NULL;
     }
@@ -96,6 +98,7 @@ void fr_sw_free(fr_sw *s) {
     free(s->squeeze);
     free(s->cols);
     free(s->ids);
+    free(s->runs);
     free(s);
 }
 
@@ -171,6 +174,20 @@ static int td_priority(fr_sw *s, const sw_config *c, const int64_t *ids,
     return FR_OK;
 }
 
+/* The item's nodes (ids and lens filled) as s->runs when each is a run of
+ * consecutive cells of its column (h[k][-1], h[k][-n:], a value in every
+ * step): fr_writer_create_item_runs then makes the same item without
+ * expanding and regrouping the refs (~1/5 of a StructuredWriter's cost a
+ * one-item step, session 22). */
+static int as_runs(fr_sw *s, const sw_config *c) {
+    for (int32_t k = 0, at = 0; k < c->cfg.n_nodes; at += s->lens[k], k++) {
+        for (int32_t j = 1; j < s->lens[k]; j++)
+            if (s->ids[at + j] != s->ids[at] + j) return 0;
+        s->runs[k] = (fr_ref_run){s->ids[at], c->cfg.nodes[k].col, s->lens[k]};
+    }
+    return 1;
+}
+
 /* Build and create c's item if every referenced cell exists (*made = 1). */
 static int make_item(fr_sw *s, const sw_config *c, int64_t hlen, int *made) {
     *made = 0;
@@ -195,10 +212,15 @@ static int make_item(fr_sw *s, const sw_config *c, int64_t hlen, int *made) {
     }
     uint64_t key;
     int32_t bad_column, bad_ref;
-    int rc = fr_writer_create_item(s->w, c->cfg.table, priority,
-                                   c->cfg.structure_id, c->cfg.n_nodes,
-                                   s->lens, s->squeeze, s->cols, s->ids, &key,
-                                   &bad_column, &bad_ref);
+    int rc = as_runs(s, c)
+                 ? fr_writer_create_item_runs(s->w, c->cfg.table, priority,
+                                              c->cfg.structure_id, c->cfg.n_nodes,
+                                              s->runs, s->squeeze, &key, &bad_column,
+                                              &bad_ref)
+                 : fr_writer_create_item(s->w, c->cfg.table, priority,
+                                         c->cfg.structure_id, c->cfg.n_nodes,
+                                         s->lens, s->squeeze, s->cols, s->ids, &key,
+                                         &bad_column, &bad_ref);
     *made = rc == FR_OK;
     return rc;
 }
