@@ -156,6 +156,11 @@ cdef const fr_spec *_wire_spec(object spec, Py_ssize_t i) except NULL:
     return out
 
 
+# A column's rows, at most (a C int64: with a Python 2**31 the check below
+# boxed every column's count, ~3% of a server's inserts, perf).
+cdef int64_t _ROWS_LIMIT = 2147483648
+
+
 def insert_wire(TableCore table not None, ChunkMap chunk_map not None, items, columns,
                 slices, list specs, timeout=None) -> int:
     """Check every record, then insert the items (records of
@@ -212,7 +217,7 @@ def insert_wire(TableCore table not None, ChunkMap chunk_map not None, items, co
                     ch[s] = h
                     rows += sv[s].length
                     s += 1
-                if rows >= 2**31 or (cv[c].squeeze and rows != 1):
+                if rows >= _ROWS_LIMIT or (cv[c].squeeze and rows != 1):
                     raise errors.DataLossError(f"item {iv[i].key}: bad row count")
                 c += 1
         if c != nc or s != ns:
