@@ -40,9 +40,14 @@ void fr_column_init(fr_column *c, fr_store *store, fr_chunker_options opt) {
     tuner_init(&c->tuner);
 }
 
+/* The records of one chunk are consecutive and share one reference to it
+ * (push_record): the last of them gives it back.  A reference per record
+ * cost two atomic operations per column a step, most of an append (perf,
+ * session 22). */
 static void drop_front(fr_column *c) {
     fr_cell *cell = fr_column_slot(c, c->cells_base);
-    fr_chunk_release(cell->chunk);
+    if (c->cells_len == 1 || fr_column_slot(c, c->cells_base + 1)->chunk != cell->chunk)
+        fr_chunk_release(cell->chunk);
     c->cells_base++;
     c->cells_len--;
 }
@@ -85,26 +90,31 @@ int fr_column_set_spec(fr_column *c, const fr_spec *spec) {
 
 /* The rows the open chunk takes before it is finalized: max_len, or more
  * during a batch (fr_column_set_batch). */
-static int32_t limit(const fr_column *c) {
+static int32_t limit(fr_column *c) {
     int64_t n = c->batch_steps;
     if (n <= c->max_len) return c->max_len;
     if (c->has_spec) {
-        int64_t cap = fr_spec_is_var(&c->spec) ? FR_BATCH_VAR_ROWS
-                      : FR_BATCH_CHUNK_BYTES / (c->spec.row_bytes > 0 ? c->spec.row_bytes : 1);
-        if (n > cap) n = cap;
+        if (!c->batch_rows) { /* once a batch: a division per append showed */
+            int64_t cap = fr_spec_is_var(&c->spec) ? FR_BATCH_VAR_ROWS
+                          : FR_BATCH_CHUNK_BYTES /
+                                (c->spec.row_bytes > 0 ? c->spec.row_bytes : 1);
+            c->batch_rows = (int32_t)(n < cap ? n : cap);
+        }
+        n = c->batch_rows;
     }
     return n > c->max_len ? (int32_t)n : c->max_len;
 }
 
 /* Capacity of the open-chunk buffer: the longest chunk the options allow,
  * or a batch's (limit). */
-static int32_t buffer_rows(const fr_column *c) {
+static int32_t buffer_rows(fr_column *c) {
     int32_t n = limit(c);
     return n > c->opt.num_keep_alive_refs ? n : c->opt.num_keep_alive_refs;
 }
 
 int fr_column_set_batch(fr_column *c, int64_t steps) {
     c->batch_steps = steps > 1 ? (steps < INT32_MAX ? steps : INT32_MAX) : 0;
+    c->batch_rows = 0;
     if (c->batch_steps || !c->open || c->buf_rows < c->max_len) return FR_OK;
     return fr_column_finalize(c);
 }
@@ -151,6 +161,18 @@ static int push_cell(fr_column *c, fr_cell cell) {
     return FR_OK;
 }
 
+/* A record for the next row of the open chunk; its run of records holds
+ * one reference to the chunk (drop_front). */
+static int push_record(fr_column *c, int64_t hpos) {
+    if (c->cells_len == 0) c->cells_base = c->n_appended;
+    int shared = c->cells_len > 0 &&
+                 fr_column_slot(c, c->cells_base + c->cells_len - 1)->chunk == c->open;
+    if (!shared) fr_chunk_retain(c->open);
+    int rc = push_cell(c, (fr_cell){c->open, c->buf_rows, 0, hpos});
+    if (rc != FR_OK && !shared) fr_chunk_release(c->open);
+    return rc;
+}
+
 int fr_column_append(fr_column *c, const void *row, int64_t hpos,
                      uint64_t episode_id, int64_t step, uint64_t *next_key) {
     if (c->buf_cap < buffer_rows(c)) {
@@ -167,13 +189,8 @@ int fr_column_append(fr_column *c, const void *row, int64_t hpos,
         if (!c->open) return FR_ENOMEM;
         c->open_first_step = step;
     }
-    if (c->cells_len == 0) c->cells_base = c->n_appended;
-    fr_chunk_retain(c->open);
-    int rc = push_cell(c, (fr_cell){c->open, c->buf_rows, 0, hpos});
-    if (rc != FR_OK) {
-        fr_chunk_release(c->open);
-        return rc;
-    }
+    int rc = push_record(c, hpos);
+    if (rc != FR_OK) return rc;
     memcpy(c->buf + (int64_t)c->buf_rows * c->spec.row_bytes, row,
            (size_t)c->spec.row_bytes);
     c->buf_rows++;
@@ -217,13 +234,8 @@ int fr_column_append_var(fr_column *c, const void *blob, int64_t len,
         c->var_len = 0;
         c->var_offs[0] = 0;
     }
-    if (c->cells_len == 0) c->cells_base = c->n_appended;
-    fr_chunk_retain(c->open);
-    rc = push_cell(c, (fr_cell){c->open, c->buf_rows, 0, hpos});
-    if (rc != FR_OK) {
-        fr_chunk_release(c->open);
-        return rc;
-    }
+    rc = push_record(c, hpos);
+    if (rc != FR_OK) return rc;
     if (len > 0) memcpy(c->buf + c->var_len, blob, (size_t)len); /* buf may be NULL */
     c->var_len += len;
     c->var_offs[++c->buf_rows] = c->var_len;

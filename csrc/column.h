@@ -5,8 +5,8 @@
  * Every appended cell gets an id (0, 1, 2, ... per column).  A cell is alive
  * while it is among the last num_keep_alive_refs cells appended since the last
  * reset, or while a pending item pins it; records of alive cells map the id
- * to (chunk, offset).  Each record retains its chunk, so chunks live while a
- * cell in them is alive or an item references them.
+ * to (chunk, offset).  The records of a chunk (consecutive) retain it once,
+ * so chunks live while a cell in them is alive or an item references them.
  *
  * AutoTuned columns adjust max_chunk_length within [1, num_keep_alive_refs]
  * with Reverb's algorithm (reverb-spec section 2.4), fed by
@@ -53,7 +53,7 @@ typedef struct fr_tuner {
 } fr_tuner;
 
 typedef struct fr_cell {
-    fr_chunk *chunk; /* retained */
+    fr_chunk *chunk; /* retained once by its run of records (drop_front) */
     int32_t offset;
     int32_t pins;    /* pending items holding this cell */
     int64_t hpos;    /* history position (step since the last clear) */
@@ -75,6 +75,7 @@ typedef struct fr_column {
     /* Steps of the batch being appended (fr_column_set_batch), 0 outside
      * one: the open chunk may then hold more than max_len rows. */
     int64_t batch_steps;
+    int32_t batch_rows; /* the batch's row limit once computed (limit()) */
     fr_tuner tuner;
     fr_store *store;
     fr_chunk *open;  /* retained; NULL when the buffer is empty */
