@@ -86,37 +86,30 @@ class StepWriter:
     def run(self, duration: float, max_rows: float = float("inf"),
             shard: int | None = None, mode: str = "steps") -> tuple[int, float]:
         kwargs = {} if shard is None else {"shard": shard}
+        keys, steps = self.keys, self.steps
         if mode == "extend":
-            return self._extend(duration, max_rows, kwargs)
-        w = self.client.trajectory_writer(1, **kwargs)
-        keys, rows, t0 = self.keys, 0, time.perf_counter()
-        try:
-            while rows < max_rows:
-                for step in self.steps:
+            from fastreplay import structured_writer as sw
+
+            config = sw.create_config(sw.pattern_from_transform(
+                steps[0], lambda ref: {k: ref[k][-1] for k in keys}), TABLE)
+            w = self.client.structured_writer([config], **kwargs)
+
+            def call() -> None:
+                w.extend(self.batch)
+        else:
+            w = self.client.trajectory_writer(1, **kwargs)
+
+            def call() -> None:
+                for step in steps:
                     w.append(step)
                     h = w.history
                     w.create_item(TABLE, 1.0, {k: h[k][-1] for k in keys})
-                rows += len(self.steps)
-                if time.perf_counter() - t0 >= duration:
-                    break
-            w.flush()
-        finally:
-            w.close()
-        return rows, time.perf_counter() - t0
 
-    def _extend(self, duration: float, max_rows: float, kwargs: dict[str, Any]
-                ) -> tuple[int, float]:
-        from fastreplay import structured_writer as sw
-
-        keys = self.keys
-        config = sw.create_config(sw.pattern_from_transform(
-            self.steps[0], lambda ref: {k: ref[k][-1] for k in keys}), TABLE)
-        w = self.client.structured_writer([config], **kwargs)
-        rows, n, t0 = 0, len(self.steps), time.perf_counter()
+        rows, t0 = 0, time.perf_counter()
         try:
             while rows < max_rows:
-                w.extend(self.batch)
-                rows += n
+                call()
+                rows += len(steps)
                 if time.perf_counter() - t0 >= duration:
                     break
             w.flush()
