@@ -174,6 +174,21 @@ def test_an_extend_shorter_than_the_chunk_length_leaves_its_chunk_open() -> None
     assert [d[0].tolist() for _, d in read(table)] == [[2, 3]]
 
 
+def test_extend_adds_new_columns() -> None:
+    """A path first seen in an extend becomes a column (earlier steps read
+    None there, as after appends)."""
+    table = fifo()
+    w = TrajectoryWriter(table, 5)
+    w.append({"a": np.float32(0)})
+    w.extend({"a": np.array([1, 2], np.float32), "b": np.array([[1, 2], [3, 4]])})
+    h = w.history
+    assert len(h["b"]) == 3 and h["b"][0] is None
+    w.create_item("t", 1.0, {"a": h["a"][-3:], "b": h["b"][-2:]})
+    w.flush()
+    (_, (a, b)), = read(table)
+    assert a.tolist() == [0, 1, 2] and b.tolist() == [[1, 2], [3, 4]]
+
+
 def test_extend_of_zero_steps_does_nothing() -> None:
     w = TrajectoryWriter(fifo(), 2)
     w.extend({"a": np.zeros((0, 3), np.float32)})
