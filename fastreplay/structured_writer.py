@@ -193,8 +193,9 @@ class StructuredWriter(_core._StructuredBase):
             As ``append``, and for a leaf without a leading axis or with
             another length than the others (naming both columns), or an
             open partial step; nothing is written then.  A config failing on
-            a step (a td_error priority that is NaN, say) raises after the
-            steps before it were appended and their items created.
+            a step (a td_error priority that is NaN, say) raises with that
+            step appended, as ``append`` would, and the steps before it
+            appended with their items.
         """
         self._check_open()
         if self._sw is None:
