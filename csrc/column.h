@@ -9,7 +9,7 @@
  * so chunks live while a cell in them is alive or an item references them.
  *
  * AutoTuned columns adjust max_chunk_length within [1, num_keep_alive_refs]
- * with Reverb's algorithm (reverb-spec section 2.4), fed by
+ * with Reverb's algorithm (reverb-spec section 2.4; column_tune.c), fed by
  * fr_column_on_item for every item leaving the writer.
  *
  * Not thread-safe: the owning writer serializes access.
@@ -51,6 +51,9 @@ typedef struct fr_tuner {
     int n_items, n_chunks;
     double prev_len, prev_cost; /* -1 before the first score */
 } fr_tuner;
+
+/* A tuner with no statistics yet (column_tune.c). */
+void fr_tuner_init(fr_tuner *t);
 
 typedef struct fr_cell {
     fr_chunk *chunk; /* retained once by its run of records (drop_front) */
