@@ -122,17 +122,21 @@ void fr_table_release_payload(fr_table *t, uint64_t payload) {
     if (t->ops.release) t->ops.release(t->ops.ctx, payload);
 }
 
-/* Remove the item in `slot` from both selectors and the index, release its
- * payload and count a rate-limiter delete. */
-static void remove_slot(fr_table *t, int32_t slot) {
+void fr_table_unlink_slot(fr_table *t, int32_t slot) {
     fr_item *it = &t->items[slot];
     fr_selector_remove(&t->sampler, slot);
     fr_selector_remove(&t->remover, slot);
     fr_keymap_del(&t->index, it->key);
     fr_table_episodes_remove(t, it->payload);
-    fr_table_release_payload(t, it->payload);
     t->free_slots[t->num_free++] = slot;
     t->limiter.deletes++;
+}
+
+/* fr_table_unlink_slot, and release the item's payload. */
+static void remove_slot(fr_table *t, int32_t slot) {
+    uint64_t payload = t->items[slot].payload;
+    fr_table_unlink_slot(t, slot);
+    fr_table_release_payload(t, payload);
 }
 
 void fr_table_free(fr_table *t) {

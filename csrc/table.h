@@ -260,4 +260,15 @@ int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap);
  * or -1 (nothing copied) for a table without a Fifo selector. */
 int64_t fr_table_items_oldest(fr_table *t, fr_item *out, int64_t cap);
 
+/* Take up to `cap` of a queue's oldest items out of it, into out, oldest
+ * first: what sampling them does to a table with a Fifo sampler and
+ * max_times_sampled 1 (each draw counted, the item expired, writers waiting
+ * for room let in), without waiting for the rate limiter.  Each payload's
+ * reference passes to the caller, released after the lock is dropped (a
+ * remote writer's outbox exported its staging queue and then sampled the
+ * same items: the second pass, and payloads freed under the lock the
+ * writer thread waits for, session 23).  Returns how many were taken, or
+ * -1 (nothing taken) for a table that is not such a queue. */
+int64_t fr_table_take_oldest(fr_table *t, fr_item *out, int64_t cap);
+
 #endif /* FASTREPLAY_TABLE_H */

@@ -91,6 +91,10 @@ int fr_table_ensure_slot(fr_table *t); /* room for one more item */
 int fr_table_insert_locked(fr_table *t, uint64_t key, double priority,
                            uint64_t payload);
 void fr_table_release_payload(fr_table *t, uint64_t payload);
+/* Remove the item in `slot` from both selectors, the index and the episode
+ * counts and count a rate-limiter delete; its payload reference is left to
+ * the caller (fr_table_release_payload, or handed on). */
+void fr_table_unlink_slot(fr_table *t, int32_t slot);
 /* Count the episodes of a payload entering the table: FR_OK, or FR_ENOMEM
  * with nothing counted. */
 int fr_table_episodes_add(fr_table *t, uint64_t payload);

@@ -90,3 +90,34 @@ int fr_table_insert_async(fr_table *t, uint64_t key, double priority,
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
+
+int64_t fr_table_take_oldest(fr_table *t, fr_item *out, int64_t cap) {
+    pthread_mutex_lock(&t->mu);
+    if (t->sampler.kind != FR_SEL_FIFO || t->max_times_sampled != 1) {
+        pthread_mutex_unlock(&t->mu);
+        return -1;
+    }
+    int64_t k = 0;
+    /* What fr_table_sample does for each of these draws (a Fifo sampler
+     * draws the oldest item, and one sample expires it), except that the
+     * table's payload reference goes to the caller instead of being
+     * released under the lock. */
+    while (k < cap && !t->closed && t->sampler.size >= 1 &&
+           fr_rate_limiter_can_sample(&t->limiter, 1)) {
+        double p;
+        int32_t slot = fr_selector_sample(&t->sampler, &t->rng, &p);
+        fr_item *it = &t->items[slot];
+        if (it->times_sampled++ == 0) t->st.num_unique_samples++;
+        t->limiter.samples++;
+        t->st.num_samples++;
+        t->st.num_expired++;
+        out[k++] = *it;
+        fr_table_unlink_slot(t, slot);
+    }
+    if (k > 0) {
+        fr_table_drain_queue(t);
+        pthread_cond_broadcast(&t->can_insert_cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return k;
+}

@@ -181,7 +181,7 @@ SLICE_DTYPE: np.dtype[Any]
 CHUNK_DTYPE: np.dtype[Any]
 
 def export_wire(
-    table: TableCore, max_items: int
+    table: TableCore, max_items: int, take: bool = ...
 ) -> tuple[
     np.ndarray[Any, Any],
     np.ndarray[Any, Any],

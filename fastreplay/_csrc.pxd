@@ -238,6 +238,7 @@ cdef extern from "table.h" nogil:
     int fr_table_get(fr_table *t, uint64_t key, fr_item *out)
     int64_t fr_table_items(fr_table *t, fr_item *out, int64_t cap)
     int64_t fr_table_items_oldest(fr_table *t, fr_item *out, int64_t cap)
+    int64_t fr_table_take_oldest(fr_table *t, fr_item *out, int64_t cap)
     int fr_table_skip_episodes(fr_table *t)
     int fr_table_set_key_prefix(fr_table *t, int32_t prefix)
     int32_t fr_table_key_prefix(const fr_table *t)

@@ -168,18 +168,28 @@ cdef void _export_fill(const fr_item *buf, int64_t m, _Export *e,
                 e.uv[j] += 1
 
 
-def export_wire(TableCore table not None, int64_t max_items) -> tuple:
+def export_wire(TableCore table not None, int64_t max_items, bint take=False) -> tuple:
     """``(items, columns, slices, specs, chunks, chunk_keys)`` of the oldest
     ``max_items`` items of ``table`` (insertion order): record arrays of
     ITEM_DTYPE, COLUMN_DTYPE and SLICE_DTYPE (slices name chunks by key),
     the distinct column specs as ``(kind, itemsize, shape)``, a ChunkHandle
-    per distinct chunk and their keys (uint64, in the same order)."""
+    per distinct chunk and their keys (uint64, in the same order).  With
+    ``take``, the items leave the table as sampling them would (a queue:
+    Fifo sampler, max_times_sampled 1; ValueError for another table)."""
     cdef int64_t cap = min(fr_table_size(table._t), max(max_items, 0)) + 16, n, i
+    cdef int64_t want = min(cap, max(max_items, 0))
     cdef fr_item *buf = <fr_item *>malloc(cap * sizeof(fr_item))
     if buf == NULL:
         raise MemoryError()
-    # A Fifo table (a staging queue) gives its oldest items in order.
-    n = fr_table_items_oldest(table._t, buf, min(cap, max(max_items, 0)))
+    if take:
+        with nogil:
+            n = fr_table_take_oldest(table._t, buf, want)
+        if n < 0:
+            free(buf)
+            raise ValueError(f"table '{table.name}' is not a queue (a Fifo sampler "
+                             "and max_times_sampled 1): its items cannot be taken")
+    else:  # a Fifo table (a staging queue) gives its oldest items in order
+        n = fr_table_items_oldest(table._t, buf, want)
     while n < 0:  # fr_table_items copies (and retains) nothing when cap is short
         n = fr_table_items(table._t, buf, cap)
         if n <= cap:

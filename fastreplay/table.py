@@ -536,11 +536,12 @@ class Table:
             self._num_samples(num_samples), timeout, out, offset)
         return SampleInfoBatch(keys, probs, sizes, prios, times), columns, sid
 
-    def export_records(self, max_items: int) -> tuple[Any, ...]:
+    def export_records(self, max_items: int, take: bool = False) -> tuple[Any, ...]:
         """The oldest ``max_items`` items as record arrays, their column
         specs, their chunks and the chunks' keys (``_core.export_wire``):
-        what the network transport sends."""
-        return _core.export_wire(self._core, max_items)
+        what the network transport sends.  With ``take`` (a queue only),
+        they leave the table as if sampled."""
+        return _core.export_wire(self._core, max_items, take)
 
     def insert_records(self, chunk_map: _core.ChunkMap, items: Any, columns: Any,
                        slices: Any, specs: list[Any],

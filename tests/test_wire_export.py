@@ -88,3 +88,73 @@ def test_more_distinct_specs_than_the_loop_looks_up() -> None:
         np.testing.assert_array_equal(columns["spec"][:n], np.arange(n))
     finally:
         server.stop()
+
+
+def _queue_with_items(n: int, max_size: int = 1000):  # type: ignore[no-untyped-def]
+    q = fastreplay.Table.queue("q", max_size)
+    server = fastreplay.Server([q])
+    client = server.localhost_client()
+    with client.trajectory_writer(1) as w:
+        for i in range(n):
+            w.append({"x": np.full(2, i, np.float32)})
+            w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+        w.flush()
+    return server, q
+
+
+def test_take_exports_the_oldest_items_and_removes_them_as_sampling_would() -> None:
+    server, q = _queue_with_items(10)
+    try:
+        before = q.info
+        look = _core.export_wire(q._core, 4)
+        items, _, slices, _, chunks, keys = _core.export_wire(q._core, 4, take=True)
+        np.testing.assert_array_equal(items["key"], look[0]["key"])  # the oldest 4
+        assert q.size == 6
+        after = q.info
+        assert after.num_deleted_episodes == before.num_deleted_episodes  # no episodes
+        assert after.rate_limiter_info.sample_stats.completed == \
+            before.rate_limiter_info.sample_stats.completed + 4
+        # what is left comes next, and the taken items' data is intact
+        rest = _core.export_wire(q._core, 100, take=True)[0]
+        assert len(rest) == 6 and q.size == 0
+        assert not set(rest["key"].tolist()) & set(items["key"].tolist())
+        data = {chunks[k].key: np.frombuffer(chunks[k].data(), np.float32)
+                .reshape(-1, 2) for k in range(len(chunks))}
+        got = [data[int(s["chunk"])][s["offset"]:s["offset"] + s["length"]]
+               for s in slices]
+        np.testing.assert_array_equal(np.concatenate(got)[:, 0], np.arange(4))
+        assert _core.export_wire(q._core, 5, take=True)[0].size == 0  # empty: nothing
+    finally:
+        server.stop()
+
+
+def test_take_lets_a_writer_blocked_on_a_full_queue_go_on() -> None:
+    import threading
+
+    server, q = _queue_with_items(3, max_size=3)
+    try:
+        client = server.localhost_client()
+        done = threading.Event()
+
+        def write() -> None:
+            with client.trajectory_writer(1) as w:
+                w.append({"x": np.zeros(2, np.float32)})
+                w.create_item("q", 1.0, {"x": w.history["x"][-1]})
+                w.flush()
+            done.set()
+
+        t = threading.Thread(target=write, daemon=True)
+        t.start()
+        assert not done.wait(0.3)  # the queue is full
+        assert len(_core.export_wire(q._core, 2, take=True)[0]) == 2
+        assert done.wait(10)
+        t.join(10)
+        assert q.size == 2
+    finally:
+        server.stop()
+
+
+def test_take_refuses_a_table_that_is_not_a_queue(table) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="table 't' is not a queue"):
+        _core.export_wire(table._core, 3, take=True)
+    assert table.size == 10  # nothing taken

@@ -169,14 +169,12 @@ class Outbox:
         (``pack_merged``) is known for one export's items."""
         for name, table in self._staging.items():
             while len(table):
-                items, columns, slices, specs, handles, keys = table.export_records(
-                    FRAME_ITEMS)
                 # Taken as a queue's consumer: the oldest items leave and the
                 # queue's rate limiter lets the writers go on.
-                taken = table.sample(len(items), timeout=0).key
-                if not np.array_equal(taken, items["key"]):
-                    raise errors.InternalError(
-                        f"staging queue '{name}' changed while it was sent")
+                items, columns, slices, specs, handles, keys = table.export_records(
+                    FRAME_ITEMS, take=True)
+                if not len(items):  # its rate limiter holds them back
+                    break
                 self._ship(name, (items, columns, slices), specs, handles, keys)
 
     def _ship(self, table: str, records: tuple[np.ndarray, ...], specs: list[Any],
@@ -204,7 +202,10 @@ class Outbox:
             index = np.flatnonzero(new) if order is None else order[new]
             size = _core.chunk_bytes(handles, index)
             region = self._backend.ring_region(conn, size) if size else None
-            sent = slices.copy()  # pack_merged renames merged chunks in it
+            # pack_merged renames merged chunks in it; copied as bytes (a
+            # record array's copy goes field by field: ~75 us for a frame's
+            # 10k slices, 5 us as bytes)
+            sent = slices.view(np.uint8).copy().view(slices.dtype)
             if region is not None:  # the bytes go through shared memory
                 ring, start = region
                 target = np.frombuffer(ring.segment, np.uint8, size, start)
