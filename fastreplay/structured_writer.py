@@ -205,7 +205,10 @@ class StructuredWriter(_core._StructuredBase):
         flat = plan.flatten(data)
         if flat is None:
             flat = self._flatten_general(data)
-        return int(_core.extend_structured(sw, flat))
+        made = int(_core.extend_structured(sw, flat))
+        if made and self._sink is not None:
+            self._sink.ship()
+        return made
 
     @property
     def step_is_open(self) -> bool:

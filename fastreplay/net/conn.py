@@ -74,8 +74,16 @@ class Conn:
         """Read the replies owed for deferred calls (up to the batch asked
         for ahead ``until``, when given); raise the first error among them
         (after reading them)."""
+        self._read_replies(until, wait=True)
+
+    def settle_arrived(self) -> None:
+        """``settle`` for the replies that have arrived (a writer shipping
+        frames itself reads them without waiting; ``outbox.ship_full``)."""
+        self._read_replies(None, wait=False)
+
+    def _read_replies(self, until: Any, wait: bool) -> None:
         first: BaseException | None = None
-        while self.pending:
+        while self.pending and (wait or self.reader.ready()):
             kind, msg, blob = self.reader.recv_frame()
             op, args, _, _, done = self.pending.popleft()
             if isinstance(done, ahead.Ahead):

@@ -19,6 +19,7 @@ forever on a dead server.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import secrets
@@ -26,7 +27,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -170,7 +171,7 @@ class RemoteBackend(Sampling):
             for table in (self._staging or {}).values():
                 table._set_key_prefix(prefix)
 
-    def _connect(self, deadline: float) -> Conn:
+    def _connect(self, deadline: float, per_thread: bool = True) -> Conn:
         self._reap()
         delay = 0.01
         while True:
@@ -185,8 +186,9 @@ class RemoteBackend(Sampling):
                 # A thread's connection closes once the thread is gone (a
                 # dataset's worker, say): threads that come and go would
                 # otherwise each leave one open, with a Ray link's session.
-                weakref.finalize(threading.current_thread(), _thread_gone,
-                                 weakref.ref(self), conn)
+                if per_thread:
+                    weakref.finalize(threading.current_thread(), _thread_gone,
+                                     weakref.ref(self), conn)
                 return conn
             except (OSError, wire.FrameError) as exc:
                 if isinstance(exc, errors.ReverbError):
@@ -212,10 +214,28 @@ class RemoteBackend(Sampling):
             deliver(conn, self._ship_ops)
             conn.close()
 
+    def _chan(self) -> Any:
+        """Where the calling thread's connection is kept: in the thread
+        (its own), or the channel it works ``through`` for now."""
+        return getattr(self._local, "through", None) or self._local
+
+    @contextlib.contextmanager
+    def through(self, chan: Any) -> Iterator[None]:
+        """The calling thread's calls go through the connection kept in
+        ``chan`` (an object with a ``conn`` attribute) meanwhile: the
+        outbox's, which any thread shipping staged items uses, so that the
+        server gets a client's frames in order on one connection."""
+        self._local.through = chan
+        try:
+            yield
+        finally:
+            self._local.through = None
+
     def _conn(self, deadline: float) -> Conn:
-        conn: Conn | None = getattr(self._local, "conn", None)
+        chan = self._chan()
+        conn: Conn | None = getattr(chan, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._connect(deadline)
+            conn = chan.conn = self._connect(deadline, chan is self._local)
         return conn
 
     def _drop(self, conn: Conn) -> None:
@@ -223,8 +243,9 @@ class RemoteBackend(Sampling):
         with self._lock:
             if conn in self._conns:
                 self._conns.remove(conn)
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
+        chan = self._chan()
+        if getattr(chan, "conn", None) is conn:
+            chan.conn = None
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
@@ -332,7 +353,7 @@ class RemoteBackend(Sampling):
         them."""
         deadline = time.monotonic() + self._window
         while True:
-            conn = getattr(self._local, "conn", None)
+            conn = getattr(self._chan(), "conn", None)
             if conn is None or not (conn.pending or conn.ops.items or conn.failed):
                 return
             with conn.lock:
@@ -448,7 +469,7 @@ class RemoteBackend(Sampling):
                 return None
             finally:
                 seg.unlink()  # mapped by both sides now: the name is not needed
-            if getattr(self._local, "conn", None) is not conn:
+            if getattr(self._chan(), "conn", None) is not conn:
                 return None  # reconnected meanwhile
             conn.ring = SendRing(seg)
         assert isinstance(conn.ring, SendRing)

@@ -55,6 +55,14 @@ class SendRing:
         self._head = start + n
         return start
 
+    def room(self) -> int:
+        """The most bytes ``take`` gives a region of now."""
+        if not self._live:
+            return self.size // 2
+        tail, start = self._live[0][0], self._head
+        free = max(self.size - start, tail - 1) if start >= tail else tail - start - 1
+        return max(0, min(free, self.size // 2))
+
     def give_back(self, start: int) -> None:
         """The oldest region (at ``start``) is free again."""
         if self._live and self._live[0][0] == start:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import struct
 import sys
@@ -205,6 +206,14 @@ class Reader:
         self._buf = bytearray(self.SIZE)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
+
+    def ready(self) -> bool:
+        """Whether bytes of a frame are buffered or wait on the socket (a
+        reply the peer is sending: reading it takes no waiting for the
+        peer to work)."""
+        if self._end > self._start:
+            return True
+        return bool(select.select([self.sock], [], [], 0)[0])
 
     def _have(self, n: int, inside: bool = True) -> None:
         """At least ``n`` (<= SIZE) bytes buffered from ``_start`` (``inside``
