@@ -97,7 +97,7 @@ def test_a_writer_ships_full_frames_itself_and_the_server_gets_them_in_order(
     _check_all_in_order(table, data)
     mine = [n for name, n in ships if name == threading.current_thread().name]
     assert mine, "the writer's thread shipped no frame"
-    assert all(n == outbox_mod.FRAME_ITEMS for n in mine)  # full frames only
+    assert all(n == outbox_mod.INLINE_FRAME_ITEMS for n in mine)  # full frames only
     assert sum(n for _, n in ships) == 30_000
     # one connection carried them all, and every region came back
     rings = [c.ring for c in list(backend._conns) if isinstance(c.ring, SendRing)]
