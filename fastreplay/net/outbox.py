@@ -246,10 +246,10 @@ class Outbox:
             self._thread.join(timeout=5)
 
     def _drain(self, inline: bool = False) -> None:
-        """Ship every staged item (``inline``: the full frames, while
-        ``_inline_ok``), a frame of at most FRAME_ITEMS per export: which
-        chunks are sealed (``pack_merged``) is known for one export's items.
-        The ship lock is held."""
+        """Ship every staged item, a frame of at most FRAME_ITEMS per
+        export (``inline``: only frames of INLINE_FRAME_ITEMS, while
+        ``_inline_ok``): which chunks are sealed (``pack_merged``) is known
+        for one export's items.  The ship lock is held."""
         for name, table in self._staging.items():
             most = INLINE_FRAME_ITEMS if inline else FRAME_ITEMS
             while len(table) >= (most if inline else 1):
