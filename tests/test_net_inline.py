@@ -239,3 +239,34 @@ def test_a_connection_made_through_a_channel_outlives_the_thread_that_made_it(
     assert chan.conn.sock.fileno() != -1  # still open
     with backend.through(chan):
         assert "t" in backend.info()
+
+
+def test_settle_arrived_works_on_a_descriptor_past_select_s_limit() -> None:
+    """select() refuses descriptors past 1023; a Ray worker's sockets get
+    there.  (Regression: ready() used select.)"""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2100:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2100), hard))
+    a, b = socket.socketpair()
+    high = None
+    try:
+        fd = os.dup2(a.fileno(), 2000)
+        high = socket.socket(fileno=fd)
+        high.settimeout(5)
+        conn = Conn(high)
+        conn.pending.append(("insert", {}, (), None, None))
+        conn.settle_arrived()
+        assert len(conn.pending) == 1
+        wire.send_frame(b, wire.KIND_REPLY, {"result": None})
+        time.sleep(0.05)
+        conn.settle_arrived()
+        assert len(conn.pending) == 0
+    finally:
+        if high is not None:
+            high.close()
+        a.close()
+        b.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

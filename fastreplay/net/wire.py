@@ -206,14 +206,19 @@ class Reader:
         self._buf = bytearray(self.SIZE)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
+        self._poll: Any = None  # ready()'s, made at its first call
 
     def ready(self) -> bool:
         """Whether bytes of a frame are buffered or wait on the socket (a
         reply the peer is sending: reading it takes no waiting for the
-        peer to work)."""
+        peer to work).  Polled (select() refuses descriptors past 1023,
+        which a process with many sockets, a Ray worker say, reaches)."""
         if self._end > self._start:
             return True
-        return bool(select.select([self.sock], [], [], 0)[0])
+        if self._poll is None:
+            self._poll = select.poll()
+            self._poll.register(self.sock, select.POLLIN)
+        return bool(self._poll.poll(0))
 
     def _have(self, n: int, inside: bool = True) -> None:
         """At least ``n`` (<= SIZE) bytes buffered from ``_start`` (``inside``
