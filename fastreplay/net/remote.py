@@ -2,7 +2,8 @@
 tables of a server in another process or on another machine.
 
 Calls travel as frames (``wire``) over one connection per calling thread
-(``conn.Conn``: the server's Unix socket on its host, else TCP).  Writers
+(``conn.Conn``: the server's Unix socket on its host, else TCP; held as
+``connections`` says).  Writers
 write into local staging queues (one per remote table, ``Table.queue``)
 with the same compiled writer as in process, and an ``outbox.Outbox``
 thread ships what they created (chunk bytes through a shared-memory
@@ -19,15 +20,13 @@ forever on a dead server.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import secrets
-import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from fastreplay import _core, errors
 from fastreplay.net import wire
 from fastreplay.net.codec import info_from_json
 from fastreplay.net.conn import Conn, deliver, error_from, push
+from fastreplay.net.connections import Connections, RefusedError
 from fastreplay.net.outbox import STAGING_ITEMS, Outbox, Sink
 from fastreplay.net.priorities import MAX_KEYS, Flusher
 from fastreplay.net.ring import RING_BYTES, SendRing
@@ -54,10 +54,6 @@ __all__ = ["RemoteBackend"]
 MAX_OWED = 64
 _LOOPBACK = ("127.0.0.1", "::1")
 _counter = itertools.count()
-class RefusedError(errors.UnavailableError):
-    """The server refused the connection (a wrong or missing token)."""
-
-
 def _window() -> float:
     text = os.environ.get("FASTREPLAY_RECONNECT_WINDOW", "10")
     try:
@@ -68,7 +64,7 @@ def _window() -> float:
     return max(value, 0.0)
 
 
-class RemoteBackend(Sampling):
+class RemoteBackend(Connections, Sampling):
     """The tables of the server at ``host:port`` in another process
     (sampling: ``net.sampling``)."""
 
@@ -108,144 +104,6 @@ class RemoteBackend(Sampling):
         # finalizers of the sockets it would otherwise leave to the gc.
         self._closers: list[Callable[[], None]] = []
         weakref.finalize(self, _release, self._conns, self._closers)
-
-    # ----- connections -----
-
-    def _open(self, deadline: float, local: bool) -> socket.socket | None:
-        """A connection that said hello: through the connector when there is
-        one, else the server's Unix socket (``local``; None when there is
-        none) or TCP."""
-        wait = max(0.05, min(5.0, deadline - time.monotonic()))
-        sock: socket.socket
-        if self._connector is not None:
-            sock = self._connector(wait)
-        elif local:
-            name = wire.local_socket_name(self._port)
-            if name is None:
-                return None
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.settimeout(wait)
-                sock.connect(name)
-            except OSError:
-                sock.close()
-                return None
-        else:
-            sock = socket.create_connection((self._host, self._port), timeout=wait)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        try:
-            sock.settimeout(max(1.0, deadline - time.monotonic()) + 5.0)
-            wire.send_frame(sock, wire.KIND_CALL,
-                            {"op": "hello", "token": self._token, "args": {}})
-            kind, msg, _ = wire.recv_frame(sock)
-            sock.settimeout(None)
-        except (OSError, wire.FrameError):
-            sock.close()
-            if local:
-                return None  # not a server that answers: TCP then
-            raise
-        except BaseException:
-            sock.close()
-            raise
-        if kind == wire.KIND_ERROR:
-            sock.close()
-            raise RefusedError(str(msg.get("message")))
-        result = msg.get("result")
-        if local and not (isinstance(result, dict) and result.get("port") == self._port
-                          and result.get("host") in (self._host, "0.0.0.0", "::")):
-            sock.close()  # another server's socket (one on another loopback address)
-            return None
-        self._adopt_key_prefix(result)
-        return sock
-
-    def _adopt_key_prefix(self, hello: Any) -> None:
-        """Take the server's item key prefix from its hello (None from a
-        server without one): the staging queues' writers draw keys with it,
-        as the server's own writers do."""
-        prefix = hello.get("key_prefix") if isinstance(hello, dict) else None
-        if type(prefix) is not int or not 0 <= prefix <= 255:
-            prefix = None
-        with self._lock:  # staging() builds the queues under it
-            self._key_prefix = prefix
-            for table in (self._staging or {}).values():
-                table._set_key_prefix(prefix)
-
-    def _connect(self, deadline: float, per_thread: bool = True) -> Conn:
-        self._reap()
-        delay = 0.01
-        while True:
-            try:
-                sock = self._open(deadline, True) if self._same_host else None
-                if sock is None:
-                    sock = self._open(deadline, False)
-                    assert sock is not None
-                conn = Conn(sock)
-                with self._lock:
-                    self._conns.append(conn)
-                # A thread's connection closes once the thread is gone (a
-                # dataset's worker, say): threads that come and go would
-                # otherwise each leave one open, with a Ray link's session.
-                if per_thread:
-                    weakref.finalize(threading.current_thread(), _thread_gone,
-                                     weakref.ref(self), conn)
-                return conn
-            except (OSError, wire.FrameError) as exc:
-                if isinstance(exc, errors.ReverbError):
-                    raise
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise errors.UnavailableError(
-                        f"No fastreplay server at {self._host}:{self._port} "
-                        f"({exc}); retried for {self._window:g} s "
-                        "(reconnect_window)") from None
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, 0.5)
-
-    def _reap(self) -> None:
-        """Close the connections of threads that ended, after sending what
-        they queued and reading what they are owed."""
-        while self._gone:
-            conn = self._gone.pop()
-            with self._lock:
-                if conn not in self._conns:
-                    continue  # dropped or closed meanwhile
-                self._conns.remove(conn)
-            deliver(conn, self._ship_ops)
-            conn.close()
-
-    def _chan(self) -> Any:
-        """Where the calling thread's connection is kept: in the thread
-        (its own), or the channel it works ``through`` for now."""
-        return getattr(self._local, "through", None) or self._local
-
-    @contextlib.contextmanager
-    def through(self, chan: Any) -> Iterator[None]:
-        """The calling thread's calls go through the connection kept in
-        ``chan`` (an object with a ``conn`` attribute) meanwhile: the
-        outbox's, which any thread shipping staged items uses, so that the
-        server gets a client's frames in order on one connection."""
-        self._local.through = chan
-        try:
-            yield
-        finally:
-            self._local.through = None
-
-    def _conn(self, deadline: float) -> Conn:
-        chan = self._chan()
-        conn: Conn | None = getattr(chan, "conn", None)
-        if conn is None:
-            conn = chan.conn = self._connect(deadline, chan is self._local)
-        return conn
-
-    def _drop(self, conn: Conn) -> None:
-        conn.close()
-        with self._lock:
-            if conn in self._conns:
-                self._conns.remove(conn)
-        chan = self._chan()
-        if getattr(chan, "conn", None) is conn:
-            chan.conn = None
 
     def call(self, op: str, args: dict[str, Any],
              blobs: Any = (), timeout: float | None = None,
@@ -574,12 +432,6 @@ def _settle_before(conn: Conn) -> None:
         except (OSError, wire.FrameError):
             pass  # the next call reconnects
         raise
-
-
-def _thread_gone(ref: weakref.ref[RemoteBackend], conn: Conn) -> None:
-    backend = ref()
-    if backend is not None:
-        backend._gone.append(conn)
 
 
 def _release(conns: list[Conn], closers: list[Callable[[], None]]) -> None:
